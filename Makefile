@@ -1,0 +1,51 @@
+# One entry point for people and CI: `make demo` shows the main job, `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+
+.PHONY: help venv test test-fast demo lint bench system-deps clean
+
+help:
+	@echo "make demo   - make a small dataset, prepare it, read samples at random"
+	@echo "make test   - install everything the tests need and run the whole suite"
+	@echo "make lint   - ruff and mypy"
+	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, pinned: the CPU wheel on this machine's disk, never a CUDA build from the index
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# System packages the tests need: FUSE 3 (for mount) and what the S3 test server needs.
+system-deps:
+	@command -v fusermount3 >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libfuse3.so.3 -o -e /usr/lib/aarch64-linux-gnu/libfuse3.so.3 ] || \
+	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) || \
+	    echo "warning: fuse3 is missing and cannot be installed (not root); mount tests will skip"; }
+
+test: venv system-deps
+	$(PY) tools/s3server.py install
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-fast: venv
+	$(PY) -m pytest -q -x -m "not slow" tests
+
+demo: venv
+	$(PY) tools/demo.py
+
+lint: venv
+	$(PY) -m ruff check shardstore nv_meta_schema tools tests
+	$(PY) -m mypy shardstore nv_meta_schema
+
+bench: venv
+	$(PY) tools/bench/prepare.py
+	$(PY) tools/bench/read.py
+
+clean:
+	rm -rf $(VENV) demo-data .pytest_cache

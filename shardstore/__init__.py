@@ -1,0 +1,15 @@
+"""shardstore: indexed WebDataset tar shards with fast random access, compatible with Energon.
+
+``import shardstore`` is cheap: it imports neither s3fs, a FUSE binding nor torch.
+"""
+
+from __future__ import annotations
+
+from .dataset import Dataset, open
+from .errors import ShardstoreError
+from .prepare import PrepareReport, prepare
+from .samples import Sample
+
+__version__ = "0.1.0"
+
+__all__ = ["Dataset", "PrepareReport", "Sample", "ShardstoreError", "open", "prepare", "__version__"]

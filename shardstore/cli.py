@@ -1,0 +1,200 @@
+"""The ``shardstore`` command: thin click wrappers over the Python API.
+
+Each command calls one public function, prints its result (``--json`` for scripts) and turns a
+``ShardstoreError`` into a one-line message and exit code 1. This module touches neither
+sqlite3 nor fsspec directly.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from . import nvmeta
+from .errors import ShardstoreError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handle_errors(fn: F) -> F:
+    """Turn library errors into ``shardstore: <message>`` on stderr and exit code 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ShardstoreError as e:
+            click.echo(f"shardstore: error: {e}", err=True)
+            sys.exit(1)
+        except BrokenPipeError:  # `shardstore ls | head`
+            sys.stderr.close()
+            sys.exit(0)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(fn)
+
+
+def storage_options_option(fn: F) -> F:
+    """``--storage-options '{"endpoint_url": ...}'``: passed to fsspec for remote URLs."""
+    return click.option(
+        "--storage-options",
+        "storage_options",
+        default=None,
+        help='JSON object passed to fsspec/s3fs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.',
+        callback=lambda ctx, param, value: json.loads(value) if value else None,
+    )(fn)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="shardstore")
+def main() -> None:
+    """Index WebDataset tar shards and read them at random, locally or on S3.
+
+    \b
+    Example:
+      shardstore prepare ./my-dataset --split-ratio 8,1,1 --non-interactive
+      shardstore info ./my-dataset
+    """
+
+
+def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None] | None:
+    """The wizard of ``energon prepare``: sample type, then a field map, showing the parts found."""
+    click.echo(f"Found the following part types in the dataset: {', '.join(part_names)}")
+    if not click.confirm("Do you want to create a dataset.yaml interactively?", default=True):
+        return None
+    names = list(nvmeta.SAMPLE_TYPES)
+    click.echo("The following sample types are available:")
+    for i, name in enumerate(names):
+        click.echo(f"{i}. {name}")
+    while True:
+        choice = click.prompt("Please enter a number to choose a class", type=int)
+        if 0 <= choice < len(names):
+            break
+        click.echo("Invalid choice. Please try again.")
+    sample_type = names[choice]
+    if sample_type == "CrudeWebdataset":
+        return sample_type, None
+    click.echo("For each field, enter the part name (alternatives: jpg,png; json fields: json[a][0]).")
+    field_map: dict[str, str] = {}
+    for field, required in nvmeta.SAMPLE_TYPES[sample_type]:
+        while True:
+            value = click.prompt(
+                f"Part for '{field}'" + ("" if required else " (optional, empty to skip)"),
+                default="" if not required else None,
+                show_default=False,
+            )
+            if not value and not required:
+                break
+            unknown = [o.split("[", 1)[0] for o in value.split(",") if o.split("[", 1)[0] not in part_names]
+            if not unknown:
+                field_map[field] = value
+                break
+            click.echo(f"No part named {unknown[0]!r} in the dataset. Please try again.")
+    return sample_type, field_map
+
+
+@main.command()
+@click.argument("path")
+@click.option("--split-ratio", help="Train/val/test ratio, e.g. 8,1,1 or 0.8,0.1,0.1.")
+@click.option("--split-parts", multiple=True, help="NAME:REGEX (repeatable); a split from shard paths matching REGEX.")
+@click.option("--exclude", help="Skip shards whose relative path matches this regex (re.search).")
+@click.option("--num-workers", type=int, default=None, help="Worker processes for scanning (default: CPU count).")
+@click.option("--shuffle-tars", is_flag=True, help="Shuffle the shards (seed 42, as Energon) before a ratio split.")
+@click.option("--tar-index-only", is_flag=True, help="Only (re)write the .tar.idx files of the shards in .info.json.")
+@click.option("--force-overwrite", is_flag=True, help="Prepare again even if .nv-meta exists.")
+@click.option("--non-interactive", is_flag=True, help="Never ask; fail if something is missing.")
+@click.option("--skip-dataset-yaml", is_flag=True, help="Do not write dataset.yaml.")
+@click.option("--sample-type", help="Energon sample class for dataset.yaml (e.g. CaptioningSample) or CrudeWebdataset.")
+@click.option("--field-map", help='JSON field map for dataset.yaml, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@storage_options_option
+@json_option
+@handle_errors
+def prepare(
+    path: str,
+    split_ratio: str | None,
+    split_parts: tuple[str, ...],
+    exclude: str | None,
+    num_workers: int | None,
+    shuffle_tars: bool,
+    tar_index_only: bool,
+    force_overwrite: bool,
+    non_interactive: bool,
+    skip_dataset_yaml: bool,
+    sample_type: str | None,
+    field_map: str | None,
+    progress: bool,
+    quiet: bool,
+    storage_options: dict[str, Any] | None,
+    as_json: bool,
+) -> None:
+    """Index the tar shards under PATH (a folder or s3:// URL) and write .nv-meta as Energon 7 does.
+
+    Reads only the tar headers. Takes the flags of `energon prepare`.
+
+    \b
+    Example:
+      shardstore prepare ./ds --split-ratio 8,1,1 --sample-type CaptioningSample \\
+          --field-map '{"image": "jpg", "caption": "txt"}' --non-interactive
+    """
+    from .prepare import prepare as run_prepare
+
+    interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
+    if interactive and not tar_index_only:
+        if force_overwrite is False and _already_prepared(path, storage_options):
+            if not click.confirm("It seems the dataset had already been prepared. Do you want to continue?"):
+                return
+            force_overwrite = True
+        if split_ratio is None and not split_parts:
+            split_ratio = click.prompt('Please enter a desired train/val/test split like "0.5, 0.2, 0.3" or "8,1,1"')
+    report = run_prepare(
+        path,
+        split_ratio=split_ratio,
+        split_parts=list(split_parts) or None,
+        exclude=exclude,
+        num_workers=num_workers,
+        shuffle_tars=shuffle_tars,
+        tar_index_only=tar_index_only,
+        force_overwrite=force_overwrite,
+        skip_dataset_yaml=skip_dataset_yaml,
+        sample_type=sample_type,
+        field_map=field_map,
+        progress=progress and not quiet and sys.stderr.isatty(),
+        storage_options=storage_options,
+        choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
+    )
+    if as_json:
+        click.echo(report.to_json())
+    elif not quiet:
+        click.echo(
+            f"Prepared {report.path}: {report.shards} shards, {report.samples} samples, {report.parts} parts "
+            f"({report.bytes / 1e6:.1f} MB) in {report.seconds:.2f} s"
+        )
+        for name, c in report.splits.items():
+            click.echo(f"  {name}: {c['shards']} shards, {c['samples']} samples")
+        click.echo(f"  parts: {', '.join(f'{k} ({v})' for k, v in report.part_names.items())}")
+        if report.sample_type is None and not skip_dataset_yaml and not tar_index_only:
+            click.echo("  no dataset.yaml written (use --sample-type to create it)")
+        for problem in report.problems:
+            click.echo(f"  warning: {problem}", err=True)
+
+
+def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool:
+    return nvmeta.dataset_kind(path, storage_options) == nvmeta.DatasetKind.WEBDATASET
+
+
+if __name__ == "__main__":
+    main()

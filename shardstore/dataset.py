@@ -1,0 +1,342 @@
+"""``Dataset``: random access to a prepared dataset by position, key and member name.
+
+Position ``i`` is the split's shards concatenated in ``split.yaml`` order. It maps to
+(shard, index in shard) by a binary search over cumulative counts, then to a byte range through
+the shard's memory-mapped ``.tar.idx``: no SQL on that path. One read fetches the sample's whole
+byte range; its parts are cut out by parsing the tar headers in memory. Keys and member names
+go through ``index.sqlite`` (read-only, one connection per thread).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import nvmeta
+from .errors import DatasetNotPreparedError, SampleNotFoundError, StaleIndexError, StorageError
+from .index.sqlite import IndexReader
+from .index.taridx import read_offsets
+from .keys import group_samples, split_name
+from .samples import Sample
+from .storage import ByteRange, Storage, open_storage
+from .tarscan import iter_members
+
+__all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
+
+SHARDSTORE_JSON = "shardstore.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardRef:
+    """A shard of the split: its name, ``tar_file_id`` in the index, and sample count."""
+
+    name: str
+    tar_file_id: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRef:
+    """Where one sample lies: shard, index in the shard, byte range, and its position in the split."""
+
+    shard: ShardRef
+    index: int
+    range: ByteRange
+    position: int | None
+
+
+def _cache_root() -> str:
+    return os.environ.get("SHARDSTORE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "shardstore"))
+
+
+class Dataset:
+    """A prepared dataset's split, read from local disk or any fsspec URL.
+
+    Use ``shardstore.open(url, split=...)``. Thread-safe; safe to pass to forked or spawned
+    worker processes (connections and file descriptors are reopened there).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        split: str | None = "train",
+        *,
+        storage_options: dict[str, Any] | None = None,
+        decode: bool | dict[str, Any] = False,
+        field_map: dict[str, str] | None = None,
+        allow_pickle: bool = False,
+    ) -> None:
+        self.url = os.fspath(url)
+        self.storage_options = storage_options
+        self.storage: Storage = open_storage(self.url, storage_options)
+        self.info = nvmeta.read_info(self.storage)
+        self.splits = nvmeta.read_splits(self.storage) if self._has(nvmeta.SPLIT_YAML) else None
+        self.split = split
+        self.dataset_yaml = nvmeta.read_dataset_yaml(self.storage)
+        self.decode = decode
+        self.allow_pickle = allow_pickle
+        self.field_map = field_map
+        ids = {name: i for i, name in enumerate(self.info.shard_counts)}
+        if split is None or self.splits is None:
+            names = self.info.shards
+            self.excluded: frozenset[str] = frozenset()
+        else:
+            names = self.splits.shards(split)
+            self.excluded = frozenset(self.splits.excluded_samples())
+        missing = [n for n in names if n not in ids]
+        if missing:
+            raise DatasetNotPreparedError(
+                f"split {split!r} names shards missing from .info.json: {missing[:3]}", path=self.storage.url(nvmeta.META_DIR)
+            )
+        self.shards = [ShardRef(n, ids[n], self.info.shard_counts[n]) for n in names]
+        self._ids = ids
+        self._by_id = {s.tar_file_id: k for k, s in enumerate(self.shards)}
+        self._starts = [0]
+        for s in self.shards:
+            self._starts.append(self._starts[-1] + s.count)
+        self._sizes = self._prepared_sizes()
+        self._offsets: dict[int, np.ndarray] = {}
+        self._checked: set[int] = set()
+        self._index: IndexReader | None = None
+        self._lock = threading.Lock()
+
+    # ----- metadata -------------------------------------------------------------------------
+    def _has(self, name: str) -> bool:
+        return self.storage.exists(f"{nvmeta.META_DIR}/{name}")
+
+    def _prepared_sizes(self) -> dict[str, dict[str, Any]]:
+        if not self._has(SHARDSTORE_JSON):
+            return {}
+        try:
+            return dict(json.loads(self.storage.read(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"))["shards"])
+        except (ValueError, KeyError, TypeError):
+            return {}
+
+    @property
+    def uuid(self) -> str:
+        if not self._has(nvmeta.INDEX_UUID):
+            return "no-uuid"
+        return self.storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}").decode().strip()
+
+    def _local_copy(self, rel: str) -> str:
+        """A local path for a small index file: itself when local, a cached download when remote."""
+        local = self.storage.local_path(rel)
+        if local is not None:
+            return local
+        cache = os.path.join(_cache_root(), self.uuid, rel.replace("/", "%2F"))
+        if not os.path.exists(cache):
+            os.makedirs(os.path.dirname(cache), exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
+            with os.fdopen(fd, "wb") as f:
+                f.write(self.storage.read(rel))
+            os.replace(tmp, cache)
+        return cache
+
+    @property
+    def index(self) -> IndexReader:
+        """The read-only ``index.sqlite`` reader (downloaded once when remote)."""
+        if self._index is None:
+            with self._lock:
+                if self._index is None:
+                    rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
+                    if not self.storage.exists(rel):
+                        raise DatasetNotPreparedError("no index.sqlite; run `shardstore prepare`", path=self.storage.url(rel))
+                    self._index = IndexReader(self._local_copy(rel))
+        return self._index
+
+    def _shard_offsets(self, shard: ShardRef) -> np.ndarray:
+        arr = self._offsets.get(shard.tar_file_id)
+        if arr is None:
+            rel = nvmeta.tar_idx_path(shard.name)
+            try:
+                arr = read_offsets(self._local_copy(rel))
+            except (FileNotFoundError, StorageError):
+                raise DatasetNotPreparedError(
+                    "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
+                ) from None
+            if len(arr) != shard.count + 1:
+                raise StaleIndexError(
+                    f".tar.idx has {len(arr) - 1} samples, .info.json says {shard.count}: rerun prepare",
+                    path=self.storage.url(rel),
+                )
+            self._offsets[shard.tar_file_id] = arr
+        return arr
+
+    def _check_shard(self, shard: ShardRef) -> None:
+        """Once per shard and process: the shard still has the size (ETag) it had at prepare."""
+        if shard.tar_file_id in self._checked:
+            return
+        stat = self.storage.stat(shard.name)
+        then = self._sizes.get(shard.name, {})
+        end = int(self._shard_offsets(shard)[-1])
+        changed = stat.size != then.get("size", stat.size) or (
+            stat.etag is not None and then.get("etag") not in (None, stat.etag)
+        )
+        if changed or stat.size < end:
+            raise StaleIndexError(
+                f"shard changed since prepare (size {stat.size}, was {then.get('size', f'>= {end}')}); "
+                "rerun `shardstore prepare --force-overwrite`",
+                path=self.storage.url(shard.name),
+            )
+        self._checked.add(shard.tar_file_id)
+
+    # ----- positions ------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    def locate(self, position: int) -> SampleRef:
+        """Shard, index and byte range of the sample at ``position`` (negative counts from the end)."""
+        n = self._starts[-1]
+        if position < 0:
+            position += n
+        if not 0 <= position < n:
+            raise SampleNotFoundError(f"position {position} out of range (dataset has {n} samples)", path=self.url)
+        k = bisect.bisect_right(self._starts, position) - 1
+        shard = self.shards[k]
+        j = position - self._starts[k]
+        offs = self._shard_offsets(shard)
+        start = int(offs[j])
+        return SampleRef(shard, j, ByteRange(start, int(offs[j + 1]) - start), position)
+
+    def _locate_key(self, key: str) -> SampleRef:
+        loc = self.index.locate(key)
+        if loc is None:
+            raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
+        k = self._shard_pos(loc.tar_file_id)
+        shard = self.shards[k] if k is not None else ShardRef(self.info.shards[loc.tar_file_id], loc.tar_file_id, 0)
+        pos = self._starts[k] + loc.sample_index if k is not None else None
+        return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos)
+
+    def _shard_pos(self, tar_file_id: int) -> int | None:
+        return self._by_id.get(tar_file_id)
+
+    def _read(self, refs: Sequence[SampleRef]) -> list[Sample]:
+        for ref in refs:
+            self._check_shard(ref.shard)
+        if len(refs) == 1:
+            ref = refs[0]
+            datas = [self.storage.read_range(ref.shard.name, ref.range)]
+        else:
+            datas = self.storage.read_ranges([(r.shard.name, r.range) for r in refs])
+        return [self._build(ref, data) for ref, data in zip(refs, datas)]
+
+    def _build(self, ref: SampleRef, data: bytes) -> Sample:
+        """Cut a sample's parts out of its raw tar bytes."""
+        where = self.storage.url(ref.shard.name)
+        members = iter_members(lambda o, n: data[o : o + n], len(data), where)
+        recs = list(group_samples(members))
+        if len(recs) != 1:
+            raise StaleIndexError(
+                f"expected one sample at this range, found {len(recs)}: the shard changed since prepare",
+                path=where,
+                offset=ref.range.offset,
+            )
+        rec = recs[0]
+        if f"{ref.shard.name}/{rec.key}" in self.excluded:
+            raise SampleNotFoundError("sample is excluded by split.yaml", path=where, member=rec.key)
+        sample = Sample(__key__=rec.key, __shard__=ref.shard.name, __index__=ref.position)
+        for p in rec.parts:
+            sample[p.name] = data[p.offset : p.offset + p.size]
+        return self._finish(sample)
+
+    def _finish(self, sample: Sample) -> Any:
+        """Hook for decoding and field maps (identity for raw bytes)."""
+        if not self.decode and self.field_map is None:
+            return sample
+        from .decode import finish_sample
+
+        return finish_sample(self, sample)
+
+    def __getitem__(self, item: int | slice) -> Any:
+        if isinstance(item, slice):
+            return self.get_many(range(*item.indices(len(self))))
+        return self._read([self.locate(item)])[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.iter()
+
+    # ----- keys and members ------------------------------------------------------------------
+    def get(self, key: str) -> Any:
+        """The sample with ``key``; raises ``SampleNotFoundError`` (a ``KeyError``) if none."""
+        return self._read([self._locate_key(key)])[0]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.index.locate(key) is not None
+
+    def keys(self) -> Iterator[str]:
+        """Keys of the split's samples, in position order (read from the index page by page)."""
+        for shard in self.shards:
+            for row in self.index.iter_samples(shard.tar_file_id):
+                yield row[0]
+
+    def member_range(self, name: str) -> tuple[str, ByteRange]:
+        """(shard, data range) of member ``key.part``."""
+        kp = split_name(name)
+        hit = self.index.part(*kp) if kp else None
+        if hit is None:
+            raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
+        tar_file_id, offset, size = hit
+        return self.info.shards[tar_file_id], ByteRange(offset, size)
+
+    def read_file(self, name: str) -> bytes:
+        """The bytes of one member, ``key.part``: only its payload is read."""
+        shard, rng = self.member_range(name)
+        k = self._shard_pos(self._ids[shard])
+        if k is not None:
+            self._check_shard(self.shards[k])
+        return self.storage.read_range(shard, rng)
+
+    def get_many(self, items: Iterable[int | str]) -> list[Any]:
+        """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""
+        refs = [self._locate_key(x) if isinstance(x, str) else self.locate(x) for x in items]
+        return self._read(refs)
+
+    # ----- iteration ---------------------------------------------------------------------------
+    def iter(
+        self,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        worker_id: int | None = None,
+        num_workers: int | None = None,
+        start: int = 0,
+        epoch: int = 0,
+    ) -> Iterator[Any]:
+        """Every sample of the split once, partitioned over ranks x workers; see ``sharding``."""
+        from .sharding import iter_dataset
+
+        return iter_dataset(
+            self, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size,
+            worker_id=worker_id, num_workers=num_workers, start=start, epoch=epoch,
+        )
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.url!r}, split={self.split!r}, samples={len(self)}, shards={len(self.shards)})"
+
+
+def open(  # noqa: A001 - the natural name, as in ``zarr.open``
+    url: str,
+    split: str | None = "train",
+    *,
+    storage_options: dict[str, Any] | None = None,
+    decode: bool | dict[str, Any] = False,
+    field_map: dict[str, str] | None = None,
+    allow_pickle: bool = False,
+) -> Dataset:
+    """Open a prepared dataset (local path, ``file://`` or fsspec URL such as ``s3://bucket/ds``).
+
+    ``split=None`` gives every shard of ``.info.json``. Raises ``DatasetNotPreparedError`` when
+    there is no ``.nv-meta``, ``ConfigError`` for an unknown split.
+    """
+    return Dataset(
+        url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle
+    )

@@ -1,0 +1,121 @@
+"""Typed errors: every one names the file and, where known, the tar member and byte offset.
+
+Each specific error also inherits the matching built-in exception so callers that only know
+Python's own hierarchy (``KeyError``, ``FileNotFoundError``, ``ValueError``) still catch it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ShardstoreError",
+    "TarFormatError",
+    "TruncatedTarError",
+    "DuplicateKeyError",
+    "EmptyShardError",
+    "DatasetNotPreparedError",
+    "IndexVersionError",
+    "StaleIndexError",
+    "SampleNotFoundError",
+    "StorageError",
+    "ConfigError",
+    "MissingExtraError",
+    "PickleNotAllowedError",
+]
+
+
+class ShardstoreError(Exception):
+    """Root of every error shardstore raises on purpose.
+
+    ``path`` names the file (shard, index, YAML), ``member`` the tar member or key, ``offset``
+    the byte offset inside ``path``; ``detail`` says what was wrong.
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        path: str | None = None,
+        member: str | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.detail = detail
+        self.path = path
+        self.member = member
+        self.offset = offset
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.member is not None:
+            where.append(f"member {self.member!r}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{', '.join(where)}: {self.detail}" if where else self.detail
+
+    def __str__(self) -> str:
+        return self._message()
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Keyword-only constructors don't survive pickling between worker processes otherwise.
+        return (_rebuild, (type(self), self.detail, self.path, self.member, self.offset))
+
+
+def _rebuild(
+    cls: type[ShardstoreError], detail: str, path: str | None, member: str | None, offset: int | None
+) -> ShardstoreError:
+    err = cls.__new__(cls)
+    ShardstoreError.__init__(err, detail, path=path, member=member, offset=offset)
+    return err
+
+
+class TarFormatError(ShardstoreError, ValueError):
+    """A shard is not a tar file, or one of its headers is corrupt."""
+
+
+class TruncatedTarError(TarFormatError):
+    """A shard ends inside a header or inside a member's data."""
+
+
+class EmptyShardError(ShardstoreError, ValueError):
+    """A shard holds no sample (Energon refuses those too)."""
+
+
+class DuplicateKeyError(ShardstoreError, ValueError):
+    """A sample key occurs twice in a dataset; the message names both places."""
+
+
+class DatasetNotPreparedError(ShardstoreError, FileNotFoundError):
+    """The folder has no ``.nv-meta`` (or it lacks a file the operation needs)."""
+
+
+class IndexVersionError(ShardstoreError, ValueError):
+    """The index was written by a format version this shardstore does not read."""
+
+
+class StaleIndexError(ShardstoreError, RuntimeError):
+    """A shard changed (size, mtime or ETag) after the dataset was prepared: rerun prepare."""
+
+
+class SampleNotFoundError(ShardstoreError, KeyError):
+    """No sample (or member) with that key or position."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self._message()
+
+
+class StorageError(ShardstoreError, OSError):
+    """Reading or writing a file or object failed (after retries, for remote storage)."""
+
+
+class ConfigError(ShardstoreError, ValueError):
+    """A YAML or JSON configuration is invalid; ``member`` names the key."""
+
+
+class MissingExtraError(ShardstoreError, ImportError):
+    """An optional dependency is needed: the message names the extra to install."""
+
+
+class PickleNotAllowedError(ShardstoreError, PermissionError):
+    """A part would need pickle to decode; that runs code from the data, so it is opt-in."""

@@ -1,0 +1,217 @@
+"""``index.sqlite``: a bulk writer for prepare and a read-only, fork-safe reader.
+
+The writer loads rows with journaling off into a file nobody reads yet (it is renamed into
+place when complete), then builds the secondary indexes once. The reader opens the file with
+``mode=ro&immutable=1``, one connection per thread, reopened after ``fork``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import urllib.parse
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+from ..errors import DuplicateKeyError, IndexVersionError, StorageError
+
+__all__ = ["IndexWriter", "IndexReader", "SampleRow", "PartRow", "schema_sql"]
+
+#: A ``samples`` row: (tar_file_id, sample_key, sample_index, byte_offset, byte_size).
+SampleRow = tuple[int, str, int, int, int]
+#: A ``sample_parts`` row: (tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size).
+PartRow = tuple[int, int, str, int, int]
+
+
+def schema_sql(name: str) -> str:
+    """A packaged SQL script (``energon7``, ``energon7_indexes``)."""
+    return resources.files(__package__).joinpath(f"{name}.sql").read_text()
+
+
+class IndexWriter:
+    """Writes a fresh Energon 7 ``index.sqlite`` at ``path`` (which must not be in use)."""
+
+    def __init__(self, path: str, shard_names: Sequence[str]) -> None:
+        self.path = path
+        self.shard_names = list(shard_names)
+        if os.path.exists(path):
+            os.unlink(path)
+        self.db = sqlite3.connect(path, isolation_level=None)
+        # Nobody reads this file until it is complete and renamed: no journal, no fsync per commit.
+        self.db.executescript(
+            "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;"
+            "PRAGMA cache_size=-65536; PRAGMA temp_store=MEMORY;"
+        )
+        self.db.executescript(schema_sql("energon7"))
+        self.db.execute("BEGIN")
+
+    def add(self, samples: Sequence[SampleRow], parts: Sequence[PartRow]) -> None:
+        """Append the rows of one shard (or part of one)."""
+        self.db.execute("SAVEPOINT shard")
+        try:
+            self.db.executemany("INSERT INTO samples VALUES (?,?,?,?,?)", samples)
+        except sqlite3.IntegrityError:
+            self.db.execute("ROLLBACK TO shard")  # drop the partial batch; earlier shards stay for the lookup
+            raise self._duplicate(samples) from None
+        self.db.executemany("INSERT INTO sample_parts VALUES (?,?,?,?,?)", parts)
+        self.db.execute("RELEASE shard")
+
+    def _duplicate(self, samples: Sequence[SampleRow]) -> DuplicateKeyError:
+        """Name both places of the key that broke the UNIQUE constraint."""
+        seen: dict[str, SampleRow] = {}
+        for row in samples:
+            first = seen.get(row[1])
+            if first is None:
+                hit = self.db.execute(
+                    "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key=?",
+                    (row[1],),
+                ).fetchone()
+                first = tuple(hit) if hit else None  # type: ignore[assignment]
+            if first is not None:
+                a, b = self.shard_names[first[0]], self.shard_names[row[0]]
+                return DuplicateKeyError(
+                    f"duplicate sample key {row[1]!r}: first in {a} (sample {first[2]}, offset {first[3]}), "
+                    f"again in {b} (sample {row[2]}, offset {row[3]})",
+                    path=b,
+                    member=row[1],
+                    offset=row[3],
+                )
+            seen[row[1]] = row
+        return DuplicateKeyError("duplicate sample key in batch", path=self.path)
+
+    def finish(self) -> None:
+        """Build the secondary indexes and commit; the file is then complete."""
+        self.db.execute("COMMIT")
+        self.db.executescript(schema_sql("energon7_indexes"))
+        self.db.execute("PRAGMA journal_mode=DELETE")
+        self.db.close()
+
+    def abort(self) -> None:
+        try:
+            self.db.close()
+        finally:
+            if os.path.exists(self.path):
+                os.unlink(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class SampleLocation:
+    """Where a sample lies: its shard (by ``tar_file_id``), position in the shard, byte range."""
+
+    tar_file_id: int
+    sample_index: int
+    offset: int
+    size: int
+
+
+class IndexReader:
+    """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        if not os.path.exists(path):
+            raise StorageError("index file missing", path=path)
+        self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
+        self._local = threading.local()
+        self._pid = os.getpid()
+        cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
+        tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not {"sample_key", "tar_file_id", "sample_index", "byte_offset", "byte_size"} <= cols:
+            raise IndexVersionError(
+                f"unknown index layout (samples columns: {sorted(cols)}); this shardstore reads Energon 6.0-7.x indexes",
+                path=path,
+            )
+        self.has_parts = "sample_parts" in tables
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._pid != os.getpid():
+            self._local, self._pid = threading.local(), os.getpid()
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            except sqlite3.Error as e:
+                raise StorageError(f"cannot open index: {e}", path=self.path) from e
+            self._local.conn = conn
+        return conn
+
+    def count(self) -> int:
+        return int(self._conn().execute("SELECT COUNT(*) FROM samples").fetchone()[0])
+
+    def locate(self, key: str) -> SampleLocation | None:
+        """The sample with ``key``, or None."""
+        row = self._conn().execute(
+            "SELECT tar_file_id, sample_index, byte_offset, byte_size FROM samples WHERE sample_key=?", (key,)
+        ).fetchone()
+        return SampleLocation(*row) if row else None
+
+    def key_at(self, tar_file_id: int, sample_index: int) -> str | None:
+        row = self._conn().execute(
+            "SELECT sample_key FROM samples WHERE tar_file_id=? AND sample_index=?", (tar_file_id, sample_index)
+        ).fetchone()
+        return row[0] if row else None
+
+    def part(self, key: str, part: str) -> tuple[int, int, int] | None:
+        """(tar_file_id, data offset, size) of member ``key.part``, or None."""
+        if not self.has_parts:
+            return None
+        row = self._conn().execute(
+            "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
+            "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
+            "WHERE s.sample_key=? AND p.part_name=?",
+            (key, part),
+        ).fetchone()
+        return (row[0], row[1], row[2]) if row else None
+
+    def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
+        """(part name, data offset, size) of every member of a sample, in tar order."""
+        return [
+            (r[0], r[1], r[2])
+            for r in self._conn().execute(
+                "SELECT part_name, content_byte_offset, content_byte_size FROM sample_parts "
+                "WHERE tar_file_id=? AND sample_index=? ORDER BY content_byte_offset",
+                (tar_file_id, sample_index),
+            )
+        ]
+
+    def iter_samples(
+        self, tar_file_id: int | None = None, after: tuple[int, int] = (-1, -1), page: int = 4096
+    ) -> Iterator[tuple[str, int, int, int, int]]:
+        """(key, tar_file_id, sample_index, offset, size) in shard order, read page by page."""
+        last = after
+        while True:
+            if tar_file_id is None:
+                rows = self._conn().execute(
+                    "SELECT sample_key, tar_file_id, sample_index, byte_offset, byte_size FROM samples "
+                    "WHERE (tar_file_id, sample_index) > (?, ?) ORDER BY tar_file_id, sample_index LIMIT ?",
+                    (*last, page),
+                ).fetchall()
+            else:
+                rows = self._conn().execute(
+                    "SELECT sample_key, tar_file_id, sample_index, byte_offset, byte_size FROM samples "
+                    "WHERE tar_file_id=? AND sample_index>? ORDER BY sample_index LIMIT ?",
+                    (tar_file_id, last[1], page),
+                ).fetchall()
+            yield from rows
+            if len(rows) < page:
+                return
+            last = (rows[-1][1], rows[-1][2])
+
+    def part_counts(self) -> dict[str, int]:
+        if not self.has_parts:
+            return {}
+        return dict(self._conn().execute("SELECT part_name, COUNT(*) FROM sample_parts GROUP BY part_name ORDER BY part_name"))
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None

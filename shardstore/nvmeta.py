@@ -1,0 +1,281 @@
+"""The small files of ``.nv-meta/``: ``.info.json`` (or legacy ``.info.yaml``), ``split.yaml``,
+``dataset.yaml`` and ``index.uuid``, and what kind of dataset a path is.
+
+Formats follow Energon 7 byte for byte where Energon writes them (``json.dump(indent=2)`` with no
+trailing newline; ``yaml.dump(sort_keys=False)``); split lists are stored brace-collapsed and
+expanded with the ``braceexpand`` package, as Energon does.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import braceexpand
+import yaml
+
+from .errors import ConfigError, DatasetNotPreparedError
+from .storage import Storage, is_remote_url, open_storage
+
+__all__ = [
+    "META_DIR",
+    "INFO_JSON",
+    "INFO_YAML",
+    "SPLIT_YAML",
+    "DATASET_YAML",
+    "INDEX_SQLITE",
+    "INDEX_UUID",
+    "ENERGON_COMPAT_VERSION",
+    "DatasetInfo",
+    "Splits",
+    "DatasetKind",
+    "brace_expand",
+    "brace_collapse",
+    "read_info",
+    "info_bytes",
+    "read_splits",
+    "splits_bytes",
+    "read_dataset_yaml",
+    "dataset_yaml_bytes",
+    "new_uuid",
+    "dataset_kind",
+    "tar_idx_path",
+    "SAMPLE_TYPES",
+]
+
+META_DIR = ".nv-meta"
+INFO_JSON = ".info.json"
+INFO_YAML = ".info.yaml"
+SPLIT_YAML = "split.yaml"
+DATASET_YAML = "dataset.yaml"
+INDEX_SQLITE = "index.sqlite"
+INDEX_UUID = "index.uuid"
+#: The Energon release whose format shardstore writes; recorded in ``.info.json``.
+ENERGON_COMPAT_VERSION = "7.4.1"
+
+#: Energon's sample classes and their fields (required fields first), for ``--sample-type`` and
+#: the prepare wizard. ``CrudeWebdataset`` is the crude form with no field map.
+SAMPLE_TYPES: dict[str, tuple[tuple[str, bool], ...]] = {
+    "CaptioningSample": (("image", True), ("caption", True)),
+    "ImageClassificationSample": (("image", True), ("label", False), ("label_name", False)),
+    "ImageSample": (("image", True),),
+    "InterleavedSample": (("sequence", True),),
+    "MultiChoiceVQASample": (("image", True), ("context", True), ("choices", False), ("correct_choice_idx", False)),
+    "OCRSample": (
+        ("image", True), ("text", True), ("block_boxes", False), ("block_classes", False), ("block_text", False),
+        ("lines_boxes", False), ("lines_text", False), ("words_boxes", False), ("words_text", False),
+        ("chars_boxes", False), ("chars_text", False),
+    ),
+    "Sample": (),
+    "SimilarityInterleavedSample": (
+        ("images", True), ("texts", True), ("audio", False), ("video", False),
+        ("similarity_matrix", False), ("matched_text_indices", False),
+    ),
+    "TextSample": (("text", True),),
+    "VQASample": (("image", True), ("context", True), ("answers", False), ("answer_weights", False)),
+    "VidQASample": (("video", True), ("context", True), ("answers", False), ("answer_weights", False)),
+    "CrudeWebdataset": (),
+}
+
+
+def tar_idx_path(shard: str) -> str:
+    """Where the offsets file of ``shard`` lives: its last suffix replaced by ``.tar.idx``."""
+    stem = shard.rsplit(".", 1)[0] if "." in shard.rsplit("/", 1)[-1] else shard
+    return stem + ".tar.idx"
+
+
+def brace_expand(patterns: Iterable[str]) -> list[str]:
+    """Expand brace patterns (``a-{000..002}.tar``) in order, as the ``braceexpand`` package does."""
+    return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
+
+
+_NUM_RE = re.compile(r"^(.*?)(\d+)(\D*)$")
+
+
+def _escape(text: str) -> str:
+    return re.sub(r"([{}\\])", r"\\\1", text)
+
+
+def _numbered(name: str) -> tuple[str, str, str] | None:
+    m = _NUM_RE.match(name)
+    return (m.group(1), m.group(2), m.group(3)) if m else None
+
+
+def _run_length(names: Sequence[str], i: int) -> int:
+    """How many names from ``i`` on differ only by a counter of fixed width that goes up by one."""
+    first = _numbered(names[i])
+    if first is None:
+        return 1
+    prefix, digits, suffix = first
+    j = i + 1
+    while j < len(names):
+        nxt = _numbered(names[j])
+        if (
+            nxt is None
+            or (nxt[0], nxt[2]) != (prefix, suffix)
+            or len(nxt[1]) != len(digits)
+            or int(nxt[1]) != int(digits) + (j - i)
+        ):
+            break
+        j += 1
+    return j - i
+
+
+def brace_collapse(names: Sequence[str]) -> list[str]:
+    """Collapse runs of consecutively numbered names into ``prefix{a..b}suffix`` patterns.
+
+    Order is kept, so ``brace_expand(brace_collapse(x)) == x`` for any list of names.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(names):
+        run = _run_length(names, i)
+        if run >= 2:
+            prefix, lo, suffix = _numbered(names[i])  # type: ignore[misc]
+            hi = _numbered(names[i + run - 1])[1]  # type: ignore[index]
+            out.append(f"{_escape(prefix)}{{{lo}..{hi}}}{_escape(suffix)}")
+        else:
+            out.append(_escape(names[i]))
+        i += run
+    return out
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """``.info.json``: the shards in ``tar_file_id`` order with their sample counts."""
+
+    energon_version: str
+    shard_counts: dict[str, int]
+
+    @property
+    def shards(self) -> list[str]:
+        return list(self.shard_counts)
+
+
+@dataclass(frozen=True)
+class Splits:
+    """``split.yaml``: split name -> shard patterns, and excluded shards or ``shard/key`` samples."""
+
+    split_parts: dict[str, list[str]]
+    exclude: list[str] = field(default_factory=list)
+
+    def shards(self, split: str) -> list[str]:
+        """The split's shards in order, minus excluded shards."""
+        if split not in self.split_parts:
+            raise ConfigError(
+                f"no split {split!r}; the dataset has {sorted(self.split_parts)}", path=SPLIT_YAML, member=split
+            )
+        excluded = set(brace_expand(self.exclude))
+        return [s for s in brace_expand(self.split_parts[split]) if s not in excluded]
+
+    def excluded_samples(self) -> set[str]:
+        """``shard/key`` entries: samples dropped from iteration (they keep their index slot)."""
+        return {e for e in brace_expand(self.exclude) if "/" in e}
+
+
+def _load_yaml(data: bytes, where: str) -> Any:
+    try:
+        return yaml.safe_load(data)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"invalid YAML: {e}", path=where) from e
+
+
+def read_info(storage: Storage) -> DatasetInfo:
+    """Read ``.info.json`` (or Energon 6's ``.info.yaml``)."""
+    for name, parse in ((INFO_JSON, json.loads), (INFO_YAML, lambda b: _load_yaml(b, INFO_YAML))):
+        path = f"{META_DIR}/{name}"
+        if storage.exists(path):
+            try:
+                raw = parse(storage.read(path))
+            except ValueError as e:
+                raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
+            if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
+                raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
+            return DatasetInfo(str(raw.get("energon_version", "unknown")), {str(k): int(v) for k, v in raw["shard_counts"].items()})
+    raise DatasetNotPreparedError(
+        f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first", path=storage.url()
+    )
+
+
+def info_bytes(info: DatasetInfo) -> bytes:
+    return json.dumps({"energon_version": info.energon_version, "shard_counts": info.shard_counts}, indent=2).encode()
+
+
+def read_splits(storage: Storage, name: str = SPLIT_YAML) -> Splits:
+    """Read ``split.yaml`` (or ``split.json``)."""
+    candidates = [name] + (["split.json"] if name == SPLIT_YAML else [])
+    for cand in candidates:
+        path = f"{META_DIR}/{cand}"
+        if storage.exists(path):
+            raw = _load_yaml(storage.read(path), storage.url(path))
+            if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
+                raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
+            parts = {str(k): [str(x) for x in (v or [])] for k, v in raw["split_parts"].items()}
+            exclude = [str(x) for x in (raw.get("exclude") or [])]
+            return Splits(parts, exclude)
+    raise DatasetNotPreparedError(f"no {META_DIR}/{name}", path=storage.url())
+
+
+def splits_bytes(splits: Splits) -> bytes:
+    data: dict[str, Any] = {"split_parts": {k: brace_collapse(v) for k, v in splits.split_parts.items()}}
+    data["exclude"] = list(splits.exclude)
+    return yaml.dump(data, sort_keys=False).encode()
+
+
+def read_dataset_yaml(storage: Storage) -> dict[str, Any] | None:
+    """``dataset.yaml`` as a dict, or None when the dataset has none."""
+    path = f"{META_DIR}/{DATASET_YAML}"
+    if not storage.exists(path):
+        return None
+    raw = _load_yaml(storage.read(path), storage.url(path))
+    if not isinstance(raw, dict):
+        raise ConfigError("dataset.yaml must be a mapping", path=storage.url(path))
+    return raw
+
+
+def dataset_yaml_bytes(sample_type: str, field_map: dict[str, str] | None) -> bytes:
+    """``dataset.yaml`` for an Energon sample type (with a field map) or ``CrudeWebdataset``."""
+    if sample_type not in SAMPLE_TYPES:
+        raise ConfigError(
+            f"unknown sample type {sample_type!r}; choose one of {', '.join(SAMPLE_TYPES)}", member="sample_type"
+        )
+    definition: dict[str, Any]
+    if sample_type == "CrudeWebdataset":
+        definition = {"__module__": "megatron.energon", "__class__": sample_type}
+    else:
+        definition = {"sample_type": {"__module__": "megatron.energon", "__class__": sample_type}}
+        if field_map is not None:
+            definition["field_map"] = dict(field_map)
+    return yaml.dump(definition, sort_keys=False).encode()
+
+
+def new_uuid() -> bytes:
+    return str(uuid.uuid4()).encode()
+
+
+class DatasetKind(str, enum.Enum):
+    WEBDATASET = "webdataset"
+    METADATASET = "metadataset"
+    JSONL = "jsonl"
+    FOLDER = "folder"
+    INVALID = "invalid"
+
+
+def dataset_kind(url: str, storage_options: dict[str, Any] | None = None) -> DatasetKind:
+    """What ``url`` is: a prepared webdataset, a metadataset YAML, a JSONL file or a plain folder."""
+    text = str(url)
+    if text.endswith((".yaml", ".yml")):
+        return DatasetKind.METADATASET
+    if text.endswith(".jsonl"):
+        return DatasetKind.JSONL
+    storage = open_storage(text, storage_options)
+    if storage.exists(f"{META_DIR}/{INFO_JSON}") or storage.exists(f"{META_DIR}/{INFO_YAML}"):
+        return DatasetKind.WEBDATASET
+    if is_remote_url(text) or storage.local_path("") is not None:
+        return DatasetKind.FOLDER
+    return DatasetKind.INVALID

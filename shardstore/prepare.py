@@ -1,0 +1,384 @@
+"""``prepare``: discover shards, walk their headers in parallel, write the index atomically.
+
+Data flow: shard list -> worker pool (header walk + grouping, one shard per task) -> the parent
+appends each shard's rows to ``index.sqlite`` and writes its ``.tar.idx`` -> the small metadata
+files. Everything of ``.nv-meta`` is built in a staging folder and swapped in at the end, so a
+failed or interrupted prepare leaves the previous ``.nv-meta`` (or none) untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from . import nvmeta
+from .errors import ConfigError, EmptyShardError, StorageError
+from .index.sqlite import IndexWriter, PartRow, SampleRow
+from .index.taridx import offsets_bytes
+from .keys import group_samples
+from .storage import FileStat, Storage, open_storage, scratch_path
+from .tarscan import scan_storage
+
+__all__ = [
+    "prepare",
+    "PrepareReport",
+    "ShardScan",
+    "discover_shards",
+    "parse_split_ratio",
+    "parse_split_parts",
+    "scan_shard",
+    "SHARDSTORE_JSON",
+]
+
+#: shardstore's own metadata beside Energon's: shard sizes and versions at prepare time.
+SHARDSTORE_JSON = "shardstore.json"
+#: Files of ``.nv-meta`` that prepare regenerates; any other file there is carried over.
+_GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON}
+_SHARD_SUFFIXES = (".tar", ".tgz")
+#: The seed Energon uses for ``--shuffle-tars``.
+_SHUFFLE_SEED = 42
+
+#: ``(part names found, shard names) -> (sample_type, field_map) or None`` for the wizard.
+DatasetYamlChooser = Callable[[list[str]], "tuple[str, dict[str, str] | None] | None"]
+
+
+@dataclass
+class PrepareReport:
+    """What prepare did: counts per dataset and split, the parts it saw, and how long it took."""
+
+    path: str
+    shards: int
+    samples: int
+    parts: int
+    bytes: int
+    seconds: float
+    splits: dict[str, dict[str, int]]
+    part_names: dict[str, int]
+    sample_type: str | None
+    uuid: str
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+
+@dataclass
+class ShardScan:
+    """The rows of one shard, as a worker hands them to the parent."""
+
+    tar_file_id: int
+    name: str
+    stat: FileStat
+    samples: list[SampleRow]
+    parts: list[PartRow]
+    offsets: list[int]
+
+
+def _sort_key(rel: str) -> tuple[str, ...]:
+    return tuple(rel.split("/"))
+
+
+def discover_shards(storage: Storage, exclude: str | None = None) -> list[str]:
+    """Every ``*.tar``/``*.tgz`` under the root, ordered by path components, minus ``exclude`` matches.
+
+    Hidden files and folders (a component starting with ``.``) are not shards, as in Energon's glob.
+    """
+    names = [
+        n
+        for n in storage.list(_SHARD_SUFFIXES)
+        if not any(c.startswith(".") for c in n.split("/"))
+    ]
+    names.sort(key=_sort_key)
+    if exclude:
+        try:
+            pattern = re.compile(exclude)
+        except re.error as e:
+            raise ConfigError(f"invalid --exclude regex: {e}", member=exclude) from e
+        names = [n for n in names if not pattern.search(n)]
+    return names
+
+
+def parse_split_ratio(text: str) -> list[tuple[str, float]]:
+    """``"8,1,1"`` -> train/val/test weights."""
+    try:
+        values = [float(x.strip()) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != 3 or any(v < 0 for v in values) or sum(values) <= 0:
+        raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1", member="split_ratio")
+    return list(zip(("train", "val", "test"), values))
+
+
+def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
+    """``["train:parts/train-.*", ...]`` -> (split, regex) pairs."""
+    out = []
+    for item in items:
+        if ":" not in item:
+            raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX", member="split_parts")
+        name, pattern = item.split(":", 1)
+        out.append((name, pattern))
+    return out
+
+
+def _split_shards(
+    shards: Sequence[str],
+    ratio: Sequence[tuple[str, float]] | None,
+    patterns: Sequence[tuple[str, str]] | None,
+    shuffle: bool,
+) -> dict[str, list[str]]:
+    """Energon's split rules: cut the (optionally shuffled) list by cumulative ratio, or match regexes."""
+    if patterns:
+        out: dict[str, list[str]] = {}
+        for name, pattern in patterns:
+            regexes = [re.compile(p) for p in nvmeta.brace_expand([pattern])]
+            out[name] = [s for s in shards if any(r.match(s) for r in regexes)]
+        return out
+    order = list(shards)
+    if shuffle:
+        random.Random(_SHUFFLE_SEED).shuffle(order)
+    assert ratio is not None
+    total = sum(w for _, w in ratio)
+    out, cum, start = {}, 0.0, 0
+    for name, weight in ratio:
+        cum += weight / total
+        end = int(len(order) * cum)
+        out[name] = order[start:end]
+        start = end
+    return out
+
+
+def scan_shard(storage: Storage, tar_file_id: int, name: str) -> ShardScan:
+    """Walk one shard's headers and return its index rows and ``.tar.idx`` offsets."""
+    stat = storage.stat(name)
+    samples: list[SampleRow] = []
+    parts: list[PartRow] = []
+    offsets: list[int] = []
+    end = 0
+    for rec in group_samples(scan_storage(storage, name)):
+        samples.append((tar_file_id, rec.key, rec.index, rec.offset, rec.size))
+        offsets.append(rec.offset)
+        end = rec.offset + rec.size
+        for p in rec.parts:
+            parts.append((tar_file_id, rec.index, p.name, p.offset, p.size))
+    if not samples:
+        raise EmptyShardError("shard holds no sample (Energon refuses empty shards too)", path=storage.url(name))
+    offsets.append(end)
+    return ShardScan(tar_file_id, name, stat, samples, parts, offsets)
+
+
+def _scan_task(args: tuple[Storage, int, str]) -> ShardScan:
+    return scan_shard(*args)
+
+
+def _scans(storage: Storage, shards: Sequence[str], workers: int) -> Iterator[ShardScan]:
+    """Shard scans in shard order: worker processes for local files, threads for remote ones."""
+    tasks = [(storage, i, name) for i, name in enumerate(shards)]
+    if workers <= 1 or len(shards) <= 1:
+        yield from map(_scan_task, tasks)
+    elif storage.local_path("") is None:
+        with ThreadPoolExecutor(workers) as pool:
+            yield from pool.map(_scan_task, tasks)
+    else:
+        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+        with multiprocessing.get_context(method).Pool(workers) as pool:
+            yield from pool.imap(_scan_task, tasks, chunksize=1)
+
+
+class _Staging:
+    """The new ``.nv-meta`` under construction: a local folder, swapped in (or uploaded) at the end."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        local_root = storage.local_path("")
+        self.local = local_root is not None
+        if local_root is not None:
+            self.dir = os.path.join(local_root, f"{nvmeta.META_DIR}.tmp-{uuid.uuid4().hex[:12]}")
+        else:
+            self.dir = scratch_path("-nv-meta")
+        try:
+            os.makedirs(self.dir)
+        except OSError as e:
+            raise StorageError(f"cannot write {nvmeta.META_DIR}: {e.strerror}", path=self.dir) from e
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name)
+
+    def write(self, name: str, data: bytes) -> None:
+        with open(self.path(name), "wb") as f:
+            f.write(data)
+
+    def carry_over(self, keep_dataset_yaml: bool) -> None:
+        """Copy the files of the old ``.nv-meta`` that prepare does not regenerate (user files)."""
+        old = self.storage.local_path(nvmeta.META_DIR)
+        if old is None or not os.path.isdir(old):
+            return
+        for name in os.listdir(old):
+            if name in _GENERATED or (name == nvmeta.DATASET_YAML and not keep_dataset_yaml):
+                continue
+            src = os.path.join(old, name)
+            if os.path.isfile(src):
+                shutil.copy2(src, self.path(name))
+
+    def commit(self) -> None:
+        """Swap the staging folder in: the old ``.nv-meta`` is complete until the new one is."""
+        if not self.local:
+            names = sorted(os.listdir(self.dir), key=lambda n: n == nvmeta.INDEX_UUID)  # uuid last
+            for name in names:
+                self.storage.put_file(self.path(name), f"{nvmeta.META_DIR}/{name}")
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        final = self.storage.local_path(nvmeta.META_DIR)
+        assert final is not None
+        old = None
+        if os.path.exists(final):
+            old = f"{final}.old-{uuid.uuid4().hex[:12]}"
+            os.rename(final, old)
+        try:
+            os.rename(self.dir, final)
+        except OSError:
+            if old is not None:
+                os.rename(old, final)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
+    if not show:
+        return items
+    from tqdm import tqdm
+
+    return iter(tqdm(items, total=total, unit="shard", desc="Indexing shards", file=sys.stderr))
+
+
+def prepare(
+    path: str,
+    *,
+    split_ratio: str | Sequence[tuple[str, float]] | None = None,
+    split_parts: Sequence[str] | None = None,
+    exclude: str | None = None,
+    num_workers: int | None = None,
+    shuffle_tars: bool = False,
+    tar_index_only: bool = False,
+    force_overwrite: bool = False,
+    skip_dataset_yaml: bool = False,
+    sample_type: str | None = None,
+    field_map: dict[str, str] | str | None = None,
+    progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    choose_dataset_yaml: DatasetYamlChooser | None = None,
+) -> PrepareReport:
+    """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
+
+    Takes the options of ``energon prepare`` (``split_ratio="8,1,1"`` or ``split_parts=["train:regex"]``;
+    ``exclude`` regex; ``shuffle_tars``; ``sample_type`` and ``field_map`` for ``dataset.yaml``).
+    ``choose_dataset_yaml`` is asked (with the part names found) when no ``sample_type`` is given.
+
+    Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
+    corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
+    ``StorageError`` when ``.nv-meta`` cannot be written. Nothing on disk changes on error.
+    """
+    t0 = time.perf_counter()
+    storage = open_storage(path, storage_options)
+    if isinstance(field_map, str):
+        try:
+            field_map = json.loads(field_map)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"invalid JSON in field map: {e}", member="field_map") from e
+    already = storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(
+        f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"
+    )
+    if tar_index_only:
+        shards = nvmeta.read_info(storage).shards
+        if exclude:
+            shards = [s for s in shards if not re.search(exclude, s)]
+    else:
+        if already and not force_overwrite:
+            raise ConfigError(
+                "dataset is already prepared; pass force_overwrite (--force-overwrite) to prepare it again",
+                path=storage.url(nvmeta.META_DIR),
+            )
+        shards = discover_shards(storage, exclude)
+    if not shards:
+        raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
+    ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
+    patterns = parse_split_parts(split_parts) if split_parts else None
+    if not tar_index_only and not patterns and ratio is None:
+        raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
+    if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
+        nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
+
+    staging = _Staging(storage) if not tar_index_only else None
+    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
+    counts: dict[str, int] = {}
+    stats: dict[str, dict[str, Any]] = {}
+    part_names: Counter[str] = Counter()
+    total_bytes = n_parts = 0
+    try:
+        workers = num_workers or min(len(shards), os.cpu_count() or 1)
+        for scan in _progress(_scans(storage, shards, workers), len(shards), progress):
+            storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
+            counts[scan.name] = len(scan.samples)
+            stats[scan.name] = {k: v for k, v in asdict(scan.stat).items() if v is not None}
+            total_bytes += scan.stat.size
+            n_parts += len(scan.parts)
+            part_names.update(p[2] for p in scan.parts)
+            if writer is not None:
+                writer.add(scan.samples, scan.parts)
+        if staging is None or writer is None:
+            return PrepareReport(
+                storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
+                time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
+            )
+        writer.finish()
+        split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
+        new_uuid = nvmeta.new_uuid()
+        staging.write(nvmeta.INFO_JSON, nvmeta.info_bytes(nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)))
+        staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
+        staging.write(SHARDSTORE_JSON, json.dumps({"format": 1, "shards": stats}, indent=1).encode())
+        staging.write(nvmeta.INDEX_UUID, new_uuid)
+        if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:
+            chosen = choose_dataset_yaml(sorted(part_names))
+            if chosen is not None:
+                sample_type, field_map = chosen
+        wrote_yaml = sample_type is not None and not skip_dataset_yaml
+        if wrote_yaml:
+            assert sample_type is not None
+            staging.write(nvmeta.DATASET_YAML, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
+        staging.carry_over(keep_dataset_yaml=not wrote_yaml)
+        staging.commit()
+    except BaseException:
+        if writer is not None:
+            writer.db.close()
+        if staging is not None:
+            staging.abort()
+        raise
+    problems = [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
+    return PrepareReport(
+        path=storage.url(),
+        shards=len(shards),
+        samples=sum(counts.values()),
+        parts=n_parts,
+        bytes=total_bytes,
+        seconds=round(time.perf_counter() - t0, 3),
+        splits={name: {"shards": len(lst), "samples": sum(counts[s] for s in lst)} for name, lst in split_map.items()},
+        part_names=dict(sorted(part_names.items())),
+        sample_type=sample_type if wrote_yaml else None,
+        uuid=new_uuid.decode(),
+        problems=problems,
+    )
