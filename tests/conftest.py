@@ -1,0 +1,41 @@
+"""Fixtures shared by the whole suite: small synthetic datasets made in the test's temp folder."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+
+from make_dataset import make_dataset  # noqa: E402
+
+
+@pytest.fixture
+def make_shards(tmp_path: Path) -> Callable[..., Path]:
+    """``make_shards(shards=3, samples=20, **kw) -> folder`` of synthetic shards (not prepared)."""
+
+    def make(shards: int = 3, samples: int = 20, name: str = "ds", **kw: object) -> Path:
+        out = tmp_path / name
+        make_dataset(str(out), shards=shards, samples=samples, **kw)  # type: ignore[arg-type]
+        return out
+
+    return make
+
+
+@pytest.fixture
+def prepared(make_shards: Callable[..., Path]) -> Path:
+    """A prepared 4-shard x 25-sample dataset (split 8,1,1 -> train has 3 shards)."""
+    import shardstore
+
+    path = make_shards(shards=4, samples=25)
+    shardstore.prepare(str(path), split_ratio="8,1,1", num_workers=1)
+    return path
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
