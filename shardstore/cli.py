@@ -49,8 +49,30 @@ def storage_options_option(fn: F) -> F:
         "storage_options",
         default=None,
         help='JSON object passed to fsspec/s3fs, e.g. \'{"endpoint_url": "http://127.0.0.1:9000"}\'.',
-        callback=lambda ctx, param, value: json.loads(value) if value else None,
+        callback=_parse_storage_options,
     )(fn)
+
+
+def _parse_storage_options(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as e:
+        raise click.BadParameter(f"not valid JSON: {e}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object")
+    return parsed
+
+
+def quiet_option(fn: F) -> F:
+    """``-q/--quiet``: print nothing but errors (the exit code still tells the result)."""
+    return click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")(fn)
+
+
+def split_option(fn: F) -> F:
+    """``--split S``: one split of split.yaml (train, val, test, ...); default: every shard."""
+    return click.option("--split", default=None, help="Only this split of split.yaml (e.g. train); default: all shards.")(fn)
 
 
 def echo_json(data: Any) -> None:
