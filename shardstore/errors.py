@@ -20,6 +20,8 @@ __all__ = [
     "ConfigError",
     "MissingExtraError",
     "PickleNotAllowedError",
+    "PathEscapeError",
+    "AuxNotFoundError",
 ]
 
 
@@ -119,3 +121,14 @@ class MissingExtraError(ShardstoreError, ImportError):
 
 class PickleNotAllowedError(ShardstoreError, PermissionError):
     """A part would need pickle to decode; that runs code from the data, so it is opt-in."""
+
+
+class PathEscapeError(ShardstoreError, ValueError):
+    """A file name would leave its store (``../x``, an absolute path): refused, never resolved."""
+
+
+class AuxNotFoundError(ConfigError, KeyError):
+    """A sample asked for an aux store its metadataset does not define; names the YAML and key."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return self._message()
