@@ -20,6 +20,7 @@ __all__ = [
     "ConfigError",
     "MissingExtraError",
     "PickleNotAllowedError",
+    "DecodeError",
     "PathEscapeError",
     "AuxNotFoundError",
 ]
@@ -121,6 +122,10 @@ class MissingExtraError(ShardstoreError, ImportError):
 
 class PickleNotAllowedError(ShardstoreError, PermissionError):
     """A part would need pickle to decode; that runs code from the data, so it is opt-in."""
+
+
+class DecodeError(ShardstoreError, ValueError):
+    """A part's bytes do not decode as its extension says, or a field map does not fit a sample."""
 
 
 class PathEscapeError(ShardstoreError, ValueError):
