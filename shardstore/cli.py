@@ -218,5 +218,157 @@ def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool
     return nvmeta.dataset_kind(path, storage_options) == nvmeta.DatasetKind.WEBDATASET
 
 
+# ----- inspection: info, check, ls, cat (shardstore/inspection.py) ------------------------------
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+@main.command("info")
+@click.argument("path")
+@storage_options_option
+@json_option
+@handle_errors
+def info_command(path: str, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """Summarize a prepared dataset: samples, shards, bytes, splits, parts and sample type.
+
+    Works on every prepared dataset, crude or typed, with or without dataset.yaml, prepared by
+    shardstore or by Energon, local or remote.
+
+    \b
+    Example:
+      shardstore info ./ds
+      shardstore info s3://bucket/ds --storage-options '{"endpoint_url": "http://127.0.0.1:9000"}' --json
+    """
+    from .inspection import info
+
+    s = info(path, storage_options=storage_options)
+    if as_json:
+        echo_json(s.to_dict())
+        return
+    if s.sample_type is None:
+        kind = "none (no dataset.yaml: raw samples, as with CrudeWebdataset)"
+    else:
+        kind = s.sample_type + (" (crude)" if s.crude and s.sample_type != "CrudeWebdataset" else "")
+    rows = [
+        ("prepared by", f"{s.prepared_by} (Energon {s.energon_version} format, {s.index_format} index)"),
+        ("samples", str(s.samples)),
+        ("shards", str(s.shards)),
+        ("size", f"{_human_bytes(s.bytes)} ({s.bytes} bytes)"),
+        ("sample type", kind),
+    ]
+    if s.field_map:
+        rows.append(("field map", ", ".join(f"{k} <- {v}" for k, v in s.field_map.items())))
+    for i, (name, c) in enumerate(s.splits.items()):
+        rows.append(("splits" if i == 0 else "", f"{name}: {_plural(c['shards'], 'shard')}, {_plural(c['samples'], 'sample')}"))
+    if s.excluded["shards"] or s.excluded["samples"]:
+        rows.append(("excluded", f"{_plural(s.excluded['shards'], 'shard')}, {_plural(s.excluded['samples'], 'sample')}"))
+    parts = ", ".join(name if n is None else f"{name} ({n})" for name, n in s.parts.items())
+    rows.append(("parts", parts or "none"))
+    if s.uuid:
+        rows.append(("index uuid", s.uuid))
+    click.echo(s.url)
+    for label, value in rows:
+        click.echo(f"  {label:<12} {value}")
+
+
+@main.command("check")
+@click.argument("path")
+@click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def check_command(path: str, deep: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
+
+    Checks the .nv-meta files against their schema; that every shard exists with the size it had
+    at prepare; that each .tar.idx agrees with index.sqlite and .info.json. With --deep, also reads
+    every tar header and checks each part's byte range holds that member. Exits with 1 and lists
+    the problems if there are any.
+
+    \b
+    Example:
+      shardstore check ./ds
+      shardstore check ./ds --deep --json
+    """
+    from .inspection import check
+
+    report = check(path, deep=deep, storage_options=storage_options)
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        for problem in report.problems:
+            click.echo(f"problem: {problem}")
+        checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
+        if deep:
+            checked += f", {_plural(report.parts, 'part')} (deep)"
+        verdict = "OK" if report.ok else _plural(len(report.problems), "problem")
+        click.echo(f"{report.url}: {verdict} ({checked} checked in {report.seconds:.2f} s)")
+    if not report.ok:
+        sys.exit(1)
+
+
+@main.command("ls")
+@click.argument("path")
+@split_option
+@click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="List at most this many samples.")
+@storage_options_option
+@json_option
+@handle_errors
+def ls_command(
+    path: str, split: str | None, limit: int | None, storage_options: dict[str, Any] | None, as_json: bool
+) -> None:
+    """List sample keys and their parts, one sample per line: KEY<TAB>PART,PART,...
+
+    Streams from the index page by page, so it starts at once on any dataset size. Samples that
+    split.yaml excludes are marked "(excluded)". --json prints a JSON array (streamed).
+
+    \b
+    Example:
+      shardstore ls ./ds --split val --limit 5
+      shardstore ls ./ds --json | jq '.[].key'
+    """
+    from .inspection import ls
+
+    listing = ls(path, split=split, limit=limit, storage_options=storage_options)
+    if as_json:
+        click.echo("[", nl=False)
+        for i, item in enumerate(listing):
+            click.echo(("," if i else "") + "\n  " + json.dumps(item.to_dict()), nl=False)
+        click.echo("\n]")
+        return
+    for item in listing:
+        click.echo(f"{item.key}\t{','.join(item.parts)}" + ("\t(excluded)" if item.excluded else ""))
+
+
+@main.command("cat")
+@click.argument("path")
+@click.argument("name")
+@storage_options_option
+@handle_errors
+def cat_command(path: str, name: str, storage_options: dict[str, Any] | None) -> None:
+    """Write one member, NAME = KEY.PART, to stdout (binary-safe).
+
+    Only that member's bytes are read (a range read, also on S3).
+
+    \b
+    Example:
+      shardstore cat ./ds s00000_000042.txt
+      shardstore cat ./ds s00000_000042.jpg > image.jpg
+    """
+    from .inspection import cat
+
+    cat(path, name, click.get_binary_stream("stdout"), storage_options=storage_options)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,638 @@
+"""Looking at a prepared dataset: ``info``, ``check``, ``ls`` and ``cat``.
+
+One public function per CLI command; ``cli.py`` only prints what they return. They work on every
+kind of prepared dataset (typed, crude, with or without ``dataset.yaml``, prepared by shardstore or
+by Energon 6/7), local or remote, because they read only ``.nv-meta``, the ``.tar.idx`` files and
+tar headers -- never Energon's sample classes, which is why Energon's own ``info`` and ``lint``
+fail on crude datasets and these don't.
+
+``check`` never stops at the first problem: it collects them (a few per shard at most) so one run
+tells the whole story. Its ``deep`` mode walks every shard's headers once (memory-mapped locally,
+large sequential reads remotely) and compares each member with its index row; contents are not
+read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from . import nvmeta
+from .dataset import Dataset
+from .errors import (
+    ConfigError,
+    SampleNotFoundError,
+    ShardstoreError,
+    StaleIndexError,
+    StorageError,
+)
+from .index.sqlite import IndexReader
+from .index.taridx import read_offsets
+from .keys import SamplePart, group_samples, member_name, split_name
+from .prepare import SHARDSTORE_JSON
+from .storage import ByteRange, FileStat, Storage, open_storage
+from .tarscan import iter_members, scan_storage
+
+__all__ = [
+    "DatasetSummary",
+    "Problem",
+    "CheckReport",
+    "SampleListing",
+    "info",
+    "check",
+    "ls",
+    "cat",
+]
+
+#: At most this many problems are listed per shard (the rest are counted in one line).
+MAX_PROBLEMS_PER_SHARD = 5
+#: ``cat`` copies a member in pieces of this size, so a multi-GB video never sits in memory.
+CAT_CHUNK = 8 << 20
+
+
+# ----- shared helpers --------------------------------------------------------------------------
+def _open(url: str, split: str | None, storage_options: dict[str, Any] | None) -> Dataset:
+    """A ``Dataset`` over ``url``; a metadataset YAML gets a clear error instead of a confusing one."""
+    if str(url).endswith((".yaml", ".yml")):
+        raise ConfigError(
+            "this is a metadataset YAML; info, check, ls and cat take a prepared dataset folder", path=str(url)
+        )
+    return Dataset(url, split, storage_options=storage_options)
+
+
+def _prepared_stats(storage: Storage) -> dict[str, dict[str, Any]] | None:
+    """Shard sizes (and mtimes/ETags) recorded by shardstore's prepare, or None (e.g. Energon-prepared)."""
+    rel = f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"
+    if not storage.exists(rel):
+        return None
+    try:
+        shards = json.loads(storage.read(rel))["shards"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
+    return {str(k): dict(v) for k, v in shards.items()}
+
+
+def _changed(stat: FileStat, then: dict[str, Any] | None, end: int) -> str | None:
+    """Why a shard no longer matches its index (None if it does).
+
+    With ``shardstore.json`` the size (and ETag, if both sides have one) must be what prepare saw;
+    without it the shard must at least reach the end offset of its ``.tar.idx``.
+    """
+    if then is not None and "size" in then and stat.size != then["size"]:
+        return f"shard is {stat.size} bytes, was {then['size']} at prepare: rerun `shardstore prepare --force-overwrite`"
+    if then is not None and stat.etag and then.get("etag") and stat.etag != then["etag"]:
+        return f"shard's ETag is {stat.etag}, was {then['etag']} at prepare: rerun `shardstore prepare --force-overwrite`"
+    if stat.size < end:
+        return f"shard is {stat.size} bytes but its index reaches offset {end}: truncated since prepare?"
+    return None
+
+
+def _parts_from_headers(storage: Storage, shard: str, rng: ByteRange) -> list[SamplePart]:
+    """A sample's parts read from its tar headers, for indexes without ``sample_parts`` (Energon 6).
+
+    Small ranges are read in one request; large ones header by header (contents are skipped).
+    """
+    where = storage.url(shard)
+    if rng.size <= 1 << 20:
+        data = storage.read_range(shard, rng)
+        read_at: Callable[[int, int], bytes] = lambda o, n: data[o : o + n]  # noqa: E731
+    else:
+
+        def read_at(o: int, n: int) -> bytes:
+            n = min(n, rng.size - o)
+            return storage.read_range(shard, ByteRange(rng.offset + o, n)) if n > 0 else b""
+
+    records = list(group_samples(iter_members(read_at, rng.size, where)))
+    if len(records) != 1:
+        raise StaleIndexError(
+            f"expected one sample in this range, found {len(records)}: the shard changed since prepare",
+            path=where,
+            offset=rng.offset,
+        )
+    return [SamplePart(p.name, rng.offset + p.offset, p.size) for p in records[0].parts]
+
+
+def _sample_type(dataset_yaml: dict[str, Any] | None) -> tuple[str | None, bool, dict[str, Any] | None]:
+    """(sample class name, crude?, field map) from ``dataset.yaml`` (None: no dataset.yaml)."""
+    if dataset_yaml is None:
+        return None, True, None
+    if "__class__" in dataset_yaml:  # the crude form: {__module__: megatron.energon, __class__: CrudeWebdataset}
+        cls = str(dataset_yaml["__class__"])
+        return cls, cls == "CrudeWebdataset", None
+    st = dataset_yaml.get("sample_type")
+    name = str(st["__class__"]) if isinstance(st, dict) and "__class__" in st else None
+    fm = dataset_yaml.get("field_map")
+    return name, False, dict(fm) if isinstance(fm, dict) else None
+
+
+# ----- info --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DatasetSummary:
+    """What ``info`` reports: sizes, splits, parts and sample type of a prepared dataset.
+
+    ``parts`` maps part name -> number of members; counts are None for Energon 6 indexes (no
+    ``sample_parts`` table), whose part names come from the first sample's headers.
+    ``prepared_by`` is ``"shardstore"`` when ``.nv-meta/shardstore.json`` exists, else ``"energon"``.
+    """
+
+    url: str
+    prepared_by: str
+    energon_version: str
+    index_format: str
+    uuid: str | None
+    shards: int
+    samples: int
+    bytes: int
+    splits: dict[str, dict[str, int]]
+    excluded: dict[str, int]
+    parts: dict[str, int | None]
+    sample_type: str | None
+    crude: bool
+    field_map: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _shard_bytes(storage: Storage, shards: list[str], stats: dict[str, dict[str, Any]] | None) -> int:
+    """Total size of the shards: from ``shardstore.json`` when it has them all, else one stat each."""
+    if stats is not None and all("size" in stats.get(s, {}) for s in shards):
+        return sum(int(stats[s]["size"]) for s in shards)
+
+    def size(name: str) -> int:
+        try:
+            return storage.size(name)
+        except StorageError:
+            return 0  # a missing shard is `check`'s business; info still answers
+
+    if storage.local_path("") is not None or len(shards) < 2:
+        return sum(map(size, shards))
+    with ThreadPoolExecutor(16) as pool:
+        return sum(pool.map(size, shards))
+
+
+def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetSummary:
+    """Summarize the prepared dataset at ``url`` (a folder, ``file://`` or fsspec URL).
+
+    Reads ``.nv-meta`` and, when the sizes were not recorded at prepare, stats the shards.
+    Raises ``DatasetNotPreparedError`` when there is no ``.nv-meta``, ``ConfigError`` when its
+    files are invalid.
+    """
+    ds = _open(url, None, storage_options)
+    storage = ds.storage
+    stats = _prepared_stats(storage)
+    counts = ds.info.shard_counts
+    splits: dict[str, dict[str, int]] = {}
+    excluded = {"shards": 0, "samples": 0}
+    if ds.splits is not None:
+        for name in ds.splits.split_parts:
+            shards = [s for s in ds.splits.shards(name) if s in counts]
+            splits[name] = {"shards": len(shards), "samples": sum(counts[s] for s in shards)}
+        expanded = nvmeta.brace_expand(ds.splits.exclude)
+        excluded = {"shards": sum(1 for e in expanded if e in counts), "samples": len(ds.splits.excluded_samples())}
+    index = ds.index
+    parts: dict[str, int | None]
+    if index.has_parts:
+        parts = dict(index.part_counts())
+    else:
+        parts = {}
+        first = next(index.iter_samples(page=1), None)
+        if first is not None:
+            shard = ds.info.shards[first[1]]
+            parts = {p.name: None for p in _parts_from_headers(storage, shard, ByteRange(first[3], first[4]))}
+    sample_type, crude, field_map = _sample_type(ds.dataset_yaml)
+    uuid = ds.uuid
+    return DatasetSummary(
+        url=storage.url(),
+        prepared_by="shardstore" if stats is not None else "energon",
+        energon_version=ds.info.energon_version,
+        index_format="energon7" if index.has_parts else "energon6",
+        uuid=None if uuid == "no-uuid" else uuid,
+        shards=len(counts),
+        samples=sum(counts.values()),
+        bytes=_shard_bytes(storage, ds.info.shards, stats),
+        splits=splits,
+        excluded=excluded,
+        parts=parts,
+        sample_type=sample_type,
+        crude=crude,
+        field_map=field_map,
+    )
+
+
+# ----- check -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One thing ``check`` found wrong.
+
+    ``kind`` is one of ``schema``, ``index``, ``shard`` (missing or changed), ``tar.idx`` or
+    ``member`` (deep check); ``path`` names the file, ``member``/``offset`` the place inside it.
+    """
+
+    kind: str
+    path: str
+    detail: str
+    member: str | None = None
+    offset: int | None = None
+
+    def __str__(self) -> str:
+        where = [self.path]
+        if self.member is not None:
+            where.append(f"member {self.member!r}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{', '.join(where)}: {self.detail}"
+
+    @classmethod
+    def from_error(cls, kind: str, err: ShardstoreError, default_path: str) -> Problem:
+        return cls(kind, err.path or default_path, err.detail, err.member, err.offset)
+
+
+@dataclass
+class CheckReport:
+    """What ``check`` did and found; ``ok`` is True when ``problems`` is empty."""
+
+    url: str
+    deep: bool
+    shards: int
+    samples: int
+    parts: int
+    seconds: float
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        d["problems"] = [{**asdict(p), "message": str(p)} for p in self.problems]
+        return d
+
+
+class _Problems:
+    """Collects problems, capping how many one shard (or file) can add."""
+
+    def __init__(self) -> None:
+        self.items: list[Problem] = []
+        self._per_path: dict[str, int] = {}
+
+    def add(self, problem: Problem) -> None:
+        n = self._per_path.get(problem.path, 0) + 1
+        self._per_path[problem.path] = n
+        if n <= MAX_PROBLEMS_PER_SHARD:
+            self.items.append(problem)
+
+    def finish(self) -> list[Problem]:
+        for path, n in self._per_path.items():
+            if n > MAX_PROBLEMS_PER_SHARD:
+                self.items.append(Problem("index", path, f"{n - MAX_PROBLEMS_PER_SHARD} more problems not listed"))
+        return self.items
+
+
+@contextmanager
+def _index_reader(storage: Storage) -> Iterator[IndexReader]:
+    """``index.sqlite`` opened read-only: in place when local, a fresh temporary download when remote."""
+    rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
+    local = storage.local_path(rel)
+    if local is not None:
+        reader = IndexReader(local)
+        try:
+            yield reader
+        finally:
+            reader.close()
+        return
+    fd, tmp = tempfile.mkstemp(suffix="-index.sqlite")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(storage.read(rel))
+        reader = IndexReader(tmp)
+        try:
+            yield reader
+        finally:
+            reader.close()
+    finally:
+        os.unlink(tmp)
+
+
+def _schema_problems(storage: Storage, url: str, storage_options: dict[str, Any] | None) -> list[Problem]:
+    """The ``.nv-meta`` files against their schemas.
+
+    Uses ``nv_meta_schema.validate`` when that package provides it, else checks the basics here:
+    each file parses and has the fields readers need.
+    """
+    try:
+        from nv_meta_schema import validate  # type: ignore[attr-defined]
+    except ImportError:
+        return _basic_schema_problems(storage)
+    try:
+        found = validate(url, storage_options=storage_options) if storage_options else validate(url)
+    except ShardstoreError as e:
+        return [Problem.from_error("schema", e, storage.url(nvmeta.META_DIR))]
+    out = []
+    for p in found:
+        path = str(getattr(p, "path", None) or storage.url(nvmeta.META_DIR))
+        detail = str(getattr(p, "detail", None) or getattr(p, "message", None) or p)
+        out.append(Problem("schema", path, detail, getattr(p, "member", None), getattr(p, "offset", None)))
+    return out
+
+
+def _basic_schema_problems(storage: Storage) -> list[Problem]:
+    problems: list[Problem] = []
+    meta = nvmeta.META_DIR
+
+    def problem(name: str, detail: str, member: str | None = None) -> None:
+        problems.append(Problem("schema", storage.url(f"{meta}/{name}"), detail, member))
+
+    try:
+        info_ = nvmeta.read_info(storage)
+    except ConfigError as e:
+        problems.append(Problem.from_error("schema", e, storage.url(meta)))
+        return problems
+    if any(n < 0 for n in info_.shard_counts.values()):
+        problem(nvmeta.INFO_JSON, "negative sample count", "shard_counts")
+    if storage.exists(f"{meta}/{nvmeta.SPLIT_YAML}") or storage.exists(f"{meta}/split.json"):
+        try:
+            splits = nvmeta.read_splits(storage)
+            for name in splits.split_parts:
+                for shard in nvmeta.brace_expand(splits.split_parts[name]):
+                    if shard not in info_.shard_counts:
+                        problem(nvmeta.SPLIT_YAML, f"split {name!r} names {shard!r}, which is not in .info.json", name)
+        except ShardstoreError as e:
+            problems.append(Problem.from_error("schema", e, storage.url(f"{meta}/{nvmeta.SPLIT_YAML}")))
+    else:
+        problem(nvmeta.SPLIT_YAML, "missing (Energon needs it to load the dataset)")
+    try:
+        dy = nvmeta.read_dataset_yaml(storage)
+        if dy is not None and "__class__" not in dy and not (
+            isinstance(dy.get("sample_type"), dict) and "__class__" in dy["sample_type"]
+        ):
+            problem(nvmeta.DATASET_YAML, "needs sample_type: {__module__, __class__} or the crude __class__ form")
+        if dy is not None and "field_map" in dy and not isinstance(dy["field_map"], dict):
+            problem(nvmeta.DATASET_YAML, "field_map must be a mapping of field -> part name", "field_map")
+    except ShardstoreError as e:
+        problems.append(Problem.from_error("schema", e, storage.url(f"{meta}/{nvmeta.DATASET_YAML}")))
+    if storage.exists(f"{meta}/{nvmeta.INDEX_UUID}"):
+        text = storage.read(f"{meta}/{nvmeta.INDEX_UUID}").decode("utf-8", "replace")
+        if len(text) != 36 or text.count("-") != 4:
+            problem(nvmeta.INDEX_UUID, f"not a uuid: {text[:40]!r}")
+    if not storage.exists(f"{meta}/{nvmeta.INDEX_SQLITE}"):
+        problem(nvmeta.INDEX_SQLITE, "missing; run `shardstore prepare`")
+    return problems
+
+
+def _read_taridx(storage: Storage, shard: str) -> np.ndarray:
+    data = storage.read(nvmeta.tar_idx_path(shard))
+    if len(data) % 8:
+        raise ConfigError(f"{len(data)} bytes is not a whole number of uint64 offsets", path=storage.url(nvmeta.tar_idx_path(shard)))
+    return read_offsets(data)
+
+
+def _check_rows(
+    index: IndexReader, tid: int, count: int, offsets: np.ndarray | None, idx_url: str, problems: _Problems
+) -> int:
+    """The index rows of one shard against ``.info.json``'s count and the ``.tar.idx`` offsets."""
+    n = 0
+    for key, _tid, sample_index, offset, size in index.iter_samples(tid):
+        if sample_index != n:
+            problems.add(Problem("index", idx_url, f"sample_index {sample_index} where {n} was expected", key))
+            n = sample_index
+        if offsets is not None and n + 1 < len(offsets):
+            start, end = int(offsets[n]), int(offsets[n + 1])
+            if offset != start or size != end - start:
+                problems.add(Problem(
+                    "tar.idx", idx_url,
+                    f"sample {n} is at {start} (+{end - start}) in .tar.idx but at {offset} (+{size}) in index.sqlite",
+                    key, start,
+                ))
+        n += 1
+    if n != count:
+        problems.add(Problem("index", idx_url, f"index.sqlite has {n} samples of this shard, .info.json says {count}"))
+    return n
+
+
+def _deep_check(storage: Storage, index: IndexReader, tid: int, shard: str, problems: _Problems) -> int:
+    """Walk the shard's headers and compare every sample and member with its index rows.
+
+    This is "parse the header before each part's data": the walker checks each header's
+    checksum, and a part's row is right only if a member named ``key.part`` has its data at
+    ``content_byte_offset`` with ``content_byte_size`` bytes.
+    """
+    where = storage.url(shard)
+    rows = index.iter_samples(tid)
+    checked = 0
+    try:
+        for rec in group_samples(scan_storage(storage, shard)):
+            row = next(rows, None)
+            if row is None:
+                problems.add(Problem("member", where, "the shard has more samples than the index", rec.key, rec.offset))
+                return checked
+            key, _, sample_index, offset, size = row
+            if (key, offset, size) != (rec.key, rec.offset, rec.size):
+                problems.add(Problem(
+                    "member", where,
+                    f"index has sample {key!r} at {offset} (+{size}), the shard has {rec.key!r} at {rec.offset} (+{rec.size})",
+                    key, offset,
+                ))
+                continue
+            if not index.has_parts:
+                continue
+            want = sorted(index.parts(tid, sample_index), key=lambda p: p[1])
+            have = [(p.name, p.offset, p.size) for p in rec.parts]
+            checked += len(have)
+            if want != have:
+                for name, off, sz in sorted(set(want) - set(have), key=lambda p: p[1]):
+                    problems.add(Problem(
+                        "member", where,
+                        f"no member {member_name(key, name)!r} with {sz} bytes of data at this offset", member_name(key, name), off,
+                    ))
+                for name, off, sz in sorted(set(have) - set(want), key=lambda p: p[1]):
+                    problems.add(Problem("member", where, f"member with {sz} bytes not in the index", member_name(key, name), off))
+        if next(rows, None) is not None:
+            problems.add(Problem("member", where, "the index has more samples than the shard"))
+    except ShardstoreError as e:
+        problems.add(Problem.from_error("member", e, where))
+    return checked
+
+
+def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> CheckReport:
+    """Check a prepared dataset and return every problem found (``report.ok`` when none).
+
+    Checks the ``.nv-meta`` files against their schema; that every shard exists with the size it
+    had at prepare (``shardstore.json``; without it, that it reaches the end of its ``.tar.idx``);
+    that each ``.tar.idx`` has ``.info.json``'s count and the offsets of ``index.sqlite``. With
+    ``deep``, walks every shard's headers and checks each part's range holds that member.
+    Raises ``DatasetNotPreparedError`` only when ``url`` is not a prepared dataset at all.
+    """
+    t0 = time.perf_counter()
+    if str(url).endswith((".yaml", ".yml")):
+        _open(url, None, storage_options)  # raises the metadataset error
+    storage = open_storage(url, storage_options)
+    meta_info = nvmeta.read_info(storage)  # no .info.json: not a dataset, nothing to list
+    problems = _Problems()
+    for p in _schema_problems(storage, url, storage_options):
+        problems.add(p)
+    try:
+        stats = _prepared_stats(storage)
+    except ConfigError as e:
+        problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
+        stats = None
+    idx_rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
+    report = CheckReport(storage.url(), deep, len(meta_info.shard_counts), 0, 0, 0.0)
+    if not storage.exists(idx_rel):
+        report.problems = problems.finish()
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
+    try:
+        with _index_reader(storage) as index:
+            total = index.count()
+            expected = sum(meta_info.shard_counts.values())
+            if total != expected:
+                problems.add(Problem("index", storage.url(idx_rel), f"{total} samples, .info.json counts {expected}"))
+            for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
+                report.samples += _check_shard(storage, index, tid, shard, count, stats, deep, problems, report)
+    except ShardstoreError as e:
+        problems.add(Problem.from_error("index", e, storage.url(idx_rel)))
+    report.problems = problems.finish()
+    report.seconds = round(time.perf_counter() - t0, 3)
+    return report
+
+
+def _check_shard(
+    storage: Storage,
+    index: IndexReader,
+    tid: int,
+    shard: str,
+    count: int,
+    stats: dict[str, dict[str, Any]] | None,
+    deep: bool,
+    problems: _Problems,
+    report: CheckReport,
+) -> int:
+    """All checks of one shard; returns how many index rows it has."""
+    idx_rel = nvmeta.tar_idx_path(shard)
+    offsets: np.ndarray | None = None
+    try:
+        offsets = _read_taridx(storage, shard)
+        if len(offsets) != count + 1:
+            problems.add(Problem(
+                "tar.idx", storage.url(idx_rel), f"{len(offsets) - 1} samples, .info.json says {count}"
+            ))
+    except StorageError:
+        what = "missing" if count else "missing and the shard has no samples (Energon skips shards it cannot read)"
+        problems.add(Problem("tar.idx", storage.url(idx_rel), f"{what}; run `shardstore prepare --tar-index-only`"))
+    except ShardstoreError as e:
+        problems.add(Problem.from_error("tar.idx", e, storage.url(idx_rel)))
+    shard_ok = True
+    try:
+        stat = storage.stat(shard)
+        end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
+        why = _changed(stat, stats.get(shard) if stats is not None else None, end)
+        if why is not None:
+            problems.add(Problem("shard", storage.url(shard), why))
+            shard_ok = False
+    except StorageError:
+        problems.add(Problem("shard", storage.url(shard), "shard is missing"))
+        shard_ok = False
+    n = _check_rows(index, tid, count, offsets, storage.url(idx_rel), problems)
+    if deep and shard_ok:
+        report.parts += _deep_check(storage, index, tid, shard, problems)
+    return n
+
+
+# ----- ls ----------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class SampleListing:
+    """One line of ``ls``: a sample's key, shard, position in the listing and part names."""
+
+    key: str
+    shard: str
+    position: int
+    parts: tuple[str, ...]
+    excluded: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["parts"] = list(self.parts)
+        return d
+
+
+def ls(
+    url: str,
+    *,
+    split: str | None = None,
+    limit: int | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Iterator[SampleListing]:
+    """The samples of ``split`` (default: every shard of ``.info.json``) with their part names.
+
+    Lazy: keys come from the index page by page, so ``ls(...)`` of a huge dataset starts at once
+    and ``limit`` stops it early. Samples excluded by ``split.yaml`` are listed with
+    ``excluded=True`` (they keep their position, as in Energon).
+    """
+    ds = _open(url, split, storage_options)
+    return _ls(ds, limit)
+
+
+def _ls(ds: Dataset, limit: int | None) -> Iterator[SampleListing]:
+    if limit is not None and limit <= 0:
+        return
+    index = ds.index
+    position = 0
+    for shard in ds.shards:
+        for key, tid, sample_index, offset, size in index.iter_samples(shard.tar_file_id):
+            if index.has_parts:
+                names = tuple(p[0] for p in index.parts(tid, sample_index))
+            else:
+                names = tuple(p.name for p in _parts_from_headers(ds.storage, shard.name, ByteRange(offset, size)))
+            yield SampleListing(key, shard.name, position, names, f"{shard.name}/{key}" in ds.excluded)
+            position += 1
+            if limit is not None and position >= limit:
+                return
+
+
+# ----- cat ---------------------------------------------------------------------------------------
+def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] | None = None) -> int:
+    """Write the payload of member ``name`` (``key.part``) to ``out``; returns the bytes written.
+
+    Only that member's data is read (in pieces of ``CAT_CHUNK``), after checking its shard still
+    has the size it had at prepare. Raises ``SampleNotFoundError`` (a ``KeyError``) for an unknown
+    member, ``StaleIndexError`` for a shard that changed.
+    """
+    ds = _open(url, None, storage_options)
+    shard, rng = _member_range(ds, name)
+    stats = _prepared_stats(ds.storage)
+    why = _changed(ds.storage.stat(shard), stats.get(shard) if stats is not None else None, rng.end)
+    if why is not None:
+        raise StaleIndexError(why, path=ds.storage.url(shard))
+    written = 0
+    while written < rng.size:
+        n = min(CAT_CHUNK, rng.size - written)
+        out.write(ds.storage.read_range(shard, ByteRange(rng.offset + written, n)))
+        written += n
+    out.flush()
+    return written
+
+
+def _member_range(ds: Dataset, name: str) -> tuple[str, ByteRange]:
+    """(shard, data range) of ``key.part``, through ``sample_parts`` or, for Energon 6, the headers."""
+    if ds.index.has_parts:
+        return ds.member_range(name)
+    kp = split_name(name)
+    loc = ds.index.locate(kp[0]) if kp else None
+    if kp is not None and loc is not None:
+        shard = ds.info.shards[loc.tar_file_id]
+        for p in _parts_from_headers(ds.storage, shard, ByteRange(loc.offset, loc.size)):
+            if p.name == kp[1]:
+                return shard, ByteRange(p.offset, p.size)
+    raise SampleNotFoundError(f"no member {name!r}", path=ds.url, member=name)
