@@ -73,12 +73,18 @@ class Dataset:
         decode: bool | dict[str, Any] = False,
         field_map: dict[str, str] | None = None,
         allow_pickle: bool = False,
+        split_config: str | None = None,
     ) -> None:
         self.url = os.fspath(url)
         self.storage_options = storage_options
         self.storage: Storage = open_storage(self.url, storage_options)
         self.info = nvmeta.read_info(self.storage)
-        self.splits = nvmeta.read_splits(self.storage) if self._has(nvmeta.SPLIT_YAML) else None
+        # split_config: another split file in .nv-meta (a metadataset's `split_config`); it must exist
+        self.split_config = split_config
+        if split_config is not None:
+            self.splits: nvmeta.Splits | None = nvmeta.read_splits(self.storage, split_config)
+        else:
+            self.splits = nvmeta.read_splits(self.storage) if self._has(nvmeta.SPLIT_YAML) else None
         self.split = split
         self.dataset_yaml = nvmeta.read_dataset_yaml(self.storage)
         self.decode = decode
