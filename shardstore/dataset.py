@@ -21,17 +21,19 @@ from typing import Any
 import numpy as np
 
 from . import nvmeta
-from .errors import DatasetNotPreparedError, SampleNotFoundError, StaleIndexError, StorageError
+from .errors import DatasetNotPreparedError, IndexVersionError, SampleNotFoundError, StaleIndexError, StorageError
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .keys import group_samples, split_name
 from .samples import Sample
 from .storage import ByteRange, Storage, open_storage
-from .tarscan import iter_members
+from .tarscan import REGULAR, iter_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
 SHARDSTORE_JSON = "shardstore.json"
+#: The newest ``shardstore.json`` format this version reads.
+SHARDSTORE_FORMAT = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,7 @@ class Dataset:
         *,
         storage_options: dict[str, Any] | None = None,
         decode: bool | dict[str, Any] = False,
-        field_map: dict[str, str] | None = None,
+        field_map: dict[str, str] | bool | None = None,
         allow_pickle: bool = False,
         split_config: str | None = None,
     ) -> None:
@@ -113,6 +115,20 @@ class Dataset:
         self._checked: set[int] = set()
         self._index: IndexReader | None = None
         self._lock = threading.Lock()
+        self._excluded_positions: list[int] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
+        locks and per-process caches are rebuilt lazily on the other side."""
+        state = self.__dict__.copy()
+        state.update(_offsets={}, _index=None, _checked=set())
+        state.pop("_lock", None)
+        state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # ----- metadata -------------------------------------------------------------------------
     def _has(self, name: str) -> bool:
@@ -122,9 +138,17 @@ class Dataset:
         if not self._has(SHARDSTORE_JSON):
             return {}
         try:
-            return dict(json.loads(self.storage.read(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"))["shards"])
-        except (ValueError, KeyError, TypeError):
+            raw = json.loads(self.storage.read(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"))
+            version, shards = int(raw.get("format", 1)), dict(raw["shards"])
+        except (ValueError, KeyError, TypeError, AttributeError):
             return {}
+        if version > SHARDSTORE_FORMAT:
+            raise IndexVersionError(
+                f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "
+                "upgrade shardstore or rerun prepare",
+                path=self.storage.url(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"),
+            )
+        return shards
 
     @property
     def uuid(self) -> str:
@@ -275,22 +299,57 @@ class Dataset:
         return self._read([self._locate_key(key)])[0]
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.index.locate(key) is not None
+        """True when ``get(key)`` finds the sample (excluded samples are not found)."""
+        if not isinstance(key, str):
+            return False
+        loc = self.index.locate(key)
+        return loc is not None and f"{self.info.shards[loc.tar_file_id]}/{key}" not in self.excluded
 
     def keys(self) -> Iterator[str]:
-        """Keys of the split's samples, in position order (read from the index page by page)."""
+        """Keys of the split's samples in position order, excluded ones left out: the order in which
+        ``iter()`` yields them (read from the index page by page)."""
         for shard in self.shards:
             for row in self.index.iter_samples(shard.tar_file_id):
-                yield row[0]
+                if not self.excluded or f"{shard.name}/{row[0]}" not in self.excluded:
+                    yield row[0]
+
+    def excluded_positions(self) -> list[int]:
+        """Sorted positions of the split's samples that ``split.yaml`` excludes (``shard/key``).
+
+        As in Energon they keep their slot (``len`` counts them) but are never yielded; ``ds[i]``
+        of one raises ``SampleNotFoundError``. Looked up once (one indexed query per entry).
+        """
+        if self._excluded_positions is None:
+            in_split = {s.name for s in self.shards}
+            found: set[int] = set()
+            for entry in self.excluded:
+                for cut in [i for i, c in enumerate(entry) if c == "/"]:  # shard names contain '/' too
+                    shard, key = entry[:cut], entry[cut + 1 :]
+                    loc = self.index.locate(key) if shard in in_split else None
+                    if loc is not None and self.info.shards[loc.tar_file_id] == shard:
+                        found.add(self._starts[self._by_id[loc.tar_file_id]] + loc.sample_index)
+            self._excluded_positions = sorted(found)
+        return self._excluded_positions
 
     def member_range(self, name: str) -> tuple[str, ByteRange]:
         """(shard, data range) of member ``key.part``."""
         kp = split_name(name)
         hit = self.index.part(*kp) if kp else None
+        if hit is None and kp and not self.index.has_parts:
+            return self._member_from_headers(name, *kp)
         if hit is None:
             raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
         tar_file_id, offset, size = hit
         return self.info.shards[tar_file_id], ByteRange(offset, size)
+
+    def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
+        """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
+        ref = self._locate_key(key)
+        data = self.storage.read_range(ref.shard.name, ref.range)
+        for m in iter_members(lambda o, n: data[o : o + n], len(data), self.storage.url(ref.shard.name)):
+            if m.kind == REGULAR and split_name(m.name) == (key, part):
+                return ref.shard.name, ByteRange(ref.range.offset + m.data_offset, m.size)
+        raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
 
     def read_file(self, name: str) -> bytes:
         """The bytes of one member, ``key.part``: only its payload is read."""
@@ -335,7 +394,7 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
     *,
     storage_options: dict[str, Any] | None = None,
     decode: bool | dict[str, Any] = False,
-    field_map: dict[str, str] | None = None,
+    field_map: dict[str, str] | bool | None = None,
     allow_pickle: bool = False,
 ) -> Dataset:
     """Open a prepared dataset (local path, ``file://`` or fsspec URL such as ``s3://bucket/ds``).
