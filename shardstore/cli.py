@@ -367,7 +367,8 @@ def cat_command(path: str, name: str, storage_options: dict[str, Any] | None) ->
     """
     from .inspection import cat
 
-    cat(path, name, click.get_binary_stream("stdout"), storage_options=storage_options)
+    sys.stdout.flush()
+    cat(path, name, sys.stdout.buffer, storage_options=storage_options)
 
 
 if __name__ == "__main__":

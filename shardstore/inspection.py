@@ -198,7 +198,10 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
             shards = [s for s in ds.splits.shards(name) if s in counts]
             splits[name] = {"shards": len(shards), "samples": sum(counts[s] for s in shards)}
         expanded = nvmeta.brace_expand(ds.splits.exclude)
-        excluded = {"shards": sum(1 for e in expanded if e in counts), "samples": len(ds.splits.excluded_samples())}
+        excluded = {
+            "shards": sum(1 for e in expanded if e in counts),
+            "samples": sum(1 for e in expanded if e not in counts and e.rsplit("/", 1)[0] in counts),
+        }
     index = ds.index
     parts: dict[str, int | None]
     if index.has_parts:
