@@ -103,6 +103,8 @@ def _parse_pax(data: bytes, path: str, offset: int) -> dict[str, str]:
         m = _PAX_RECORD.match(data, pos)
         if m is None:
             raise TarFormatError(f"malformed PAX record at byte {pos} of the extended header", path=path, offset=offset)
+        if len(m.group(1)) > 20:  # no real record is that long; int() of thousands of digits would raise
+            raise TarFormatError(f"PAX record length at byte {pos} is absurd", path=path, offset=offset)
         length = int(m.group(1))
         end = pos + length
         if length < len(m.group(0)) + 1 or end > len(data) or data[end - 1] != 0x0A:
@@ -155,32 +157,37 @@ def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[T
             elif typeflag != 0x4B:  # 'x'/'X': PAX local header ('K', a long link name, is not needed)
                 pax.update(_parse_pax(payload, path, offset))
             offset = data_at + _padded(size)
-            if typeflag == 0x67:
+            if typeflag == 0x67 and first == data_at - BLOCK:  # a global header is not part of the member
                 first = offset
             if offset + BLOCK > file_size:
                 raise TruncatedTarError("file ends after an extension header, before its member", path=path, offset=offset)
             hdr = read_at(offset, BLOCK)
             if hdr == _ZERO_BLOCK:
                 raise TarFormatError("extension header is followed by the end of the archive", path=path, offset=offset)
+        raw_name = _text(hdr[0:100])
+        long_name = name is not None
         if name is None:
-            name = _text(hdr[0:100])
+            name = raw_name
             prefix = hdr[345:500]
             if prefix[0] and typeflag not in b"LKS":
                 name = _text(prefix) + "/" + name
         if global_pax or pax:
             merged = {**global_pax, **pax}
-            name = merged.get("path", name)
+            if "path" in merged:  # tarfile strips trailing slashes of a PAX path, whatever the type
+                name, long_name = merged["path"].rstrip("/"), False
             if "size" in merged:
                 try:
                     size = int(merged["size"])
                 except ValueError:
                     raise TarFormatError(f"invalid PAX size {merged['size']!r}", path=path, offset=first) from None
+                if size < 0:
+                    raise TarFormatError(f"negative PAX size {size}", path=path, offset=first)
         if typeflag == 0x53:  # 'S'
             raise TarFormatError("GNU sparse members are not supported", path=path, offset=first)
         kind = OTHER
         if typeflag in _REGULAR_TYPES:
             kind = REGULAR
-            if typeflag == 0 and name.endswith("/"):
+            if typeflag == 0 and raw_name.endswith("/"):  # old V7 directory: decided on the header's own name
                 kind = DIRECTORY
         elif typeflag == 0x35:
             kind = DIRECTORY
@@ -192,8 +199,8 @@ def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[T
                 path=path,
                 offset=first,
             )
-        if kind == DIRECTORY:
-            name = name.rstrip("/")
+        if kind == DIRECTORY:  # as tarfile: a GNU long name loses one trailing slash, a header name all
+            name = name.removesuffix("/") if long_name else name.rstrip("/")
         yield TarMember(name, kind, first, data_offset, size if skip or kind == REGULAR else 0)
         offset = data_offset + skip
 
