@@ -78,17 +78,30 @@ def _number(field: bytes, path: str, offset: int, what: str) -> int:
         raise TarFormatError(f"invalid {what} field {field!r} in tar header", path=path, offset=offset) from None
 
 
+def _not_a_tar(hdr: bytes, path: str, why: str) -> TarFormatError:
+    """The error for a first header that is no tar header: says so (and names gzip) before the detail."""
+    what = "not a tar file"
+    if hdr[:2] == b"\x1f\x8b":
+        what = "gzip-compressed tar: shardstore needs uncompressed shards for random access"
+    return TarFormatError(f"{what} ({why})", path=path, offset=0)
+
+
 def _check_header(hdr: bytes, path: str, offset: int) -> None:
-    stored = _number(hdr[148:156], path, offset, "checksum") if hdr[148] not in (0o200, 0o377) else -1
+    try:
+        stored = _number(hdr[148:156], path, offset, "checksum") if hdr[148] not in (0o200, 0o377) else -1
+    except TarFormatError as e:
+        if offset == 0:
+            raise _not_a_tar(hdr, path, e.detail) from None
+        raise
     unsigned = sum(hdr) - sum(hdr[148:156]) + 256
     if stored == unsigned:
         return
     signed = unsigned - 2 * sum(b for b in hdr[:148] + hdr[156:] if b > 127)
     if stored != signed:
-        what = "not a tar file" if offset == 0 else "corrupt tar header"
-        if offset == 0 and hdr[:2] == b"\x1f\x8b":
-            what = "gzip-compressed tar: shardstore needs uncompressed shards for random access"
-        raise TarFormatError(f"{what} (header checksum {stored} != computed {unsigned})", path=path, offset=offset)
+        why = f"header checksum {stored} != computed {unsigned}"
+        if offset == 0:
+            raise _not_a_tar(hdr, path, why)
+        raise TarFormatError(f"corrupt tar header ({why})", path=path, offset=offset)
 
 
 def _text(raw: bytes) -> str:
@@ -129,6 +142,8 @@ def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[T
         if offset >= file_size:
             return
         hdr = read_at(offset, BLOCK)
+        if len(hdr) < BLOCK and offset == 0:
+            raise _not_a_tar(hdr, path, f"{len(hdr)} bytes, shorter than one 512-byte tar header")
         if len(hdr) < BLOCK:
             raise TruncatedTarError(f"file ends inside a tar header ({len(hdr)} of 512 bytes)", path=path, offset=offset)
         if hdr == _ZERO_BLOCK:
