@@ -87,7 +87,8 @@ def build_shards(root: Path) -> None:
         _add(tar, "a.b/c.d.e", b"dotted folder: key a.b/c, part d.e")
         _add(tar, "a.b/c.txt", b"same key")
         _add(tar, "a.b/noext", b"skipped")
-        _add(tar, "dir.x/.hidden.txt", b"basename starts with a dot: skipped")
+        _add(tar, "dir.x/.hidden.txt", b"dot in the folder and at the start of the basename: skipped")
+        _add(tar, "hid/.den.txt", b"key 'hid/', part 'den.txt' by the regex")
         _add(tar, "__key__.txt", b"not a dunder path component: a real key")
         _add(tar, "link.jpg", kind=tarfile.SYMTYPE, link="imgs/0001.jpg")
         _add(tar, "hard.jpg", kind=tarfile.LNKTYPE, link="imgs/0001.jpg")
@@ -268,7 +269,7 @@ def test_index_rows(pair: tuple[Path, Path]) -> None:
         assert mine == peer, sql
         assert len(mine) > 20
     keys = {r[1] for r in _rows(ours, "SELECT * FROM samples")}
-    assert {"a.b/c", "__key__", "imgs/0002", "ünïcödé/ключ", "short"} <= keys
+    assert {"a.b/c", "__key__", "imgs/0002", "ünïcödé/ключ", "short", "hid/"} <= keys
     assert not any(k.startswith("__meta__") or k in ("README", "trailing", "link", "hard") for k in keys)
 
 
