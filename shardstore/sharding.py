@@ -37,6 +37,7 @@ __all__ = [
     "global_worker",
     "worker_span",
     "resume_slot",
+    "kept_position",
     "resolve_worker",
     "plan_for",
     "iter_dataset",
@@ -149,6 +150,15 @@ def resume_slot(lo: int, start: int, skipped: Sequence[int]) -> int:
         if nxt == s:
             return s
         s = nxt
+
+
+def kept_position(i: int, excluded: Sequence[int]) -> int:
+    """The position of the ``i``-th sample that is not in ``excluded`` (sorted positions)."""
+    s = resume_slot(0, i, excluded)
+    k = bisect.bisect_left(excluded, s)
+    while k < len(excluded) and excluded[k] == s:  # landed on an excluded run: step over it
+        s, k = s + 1, k + 1
+    return s
 
 
 def resolve_worker(worker_id: int | None, num_workers: int | None) -> tuple[int, int]:
