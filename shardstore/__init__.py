@@ -7,9 +7,21 @@ from __future__ import annotations
 
 from .dataset import Dataset, open
 from .errors import ShardstoreError
+from .metadataset import Metadataset, interleave, open_metadataset
 from .prepare import PrepareReport, prepare
 from .samples import Sample
 
 __version__ = "0.1.0"
 
-__all__ = ["Dataset", "PrepareReport", "Sample", "ShardstoreError", "open", "prepare", "__version__"]
+__all__ = [
+    "Dataset",
+    "Metadataset",
+    "PrepareReport",
+    "Sample",
+    "ShardstoreError",
+    "interleave",
+    "open",
+    "open_metadataset",
+    "prepare",
+    "__version__",
+]
