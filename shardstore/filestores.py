@@ -84,7 +84,7 @@ class FileStore(ABC):
         """
         names = list(names)
         hits = self._locate_many(names)
-        for name, hit in zip(names, hits):
+        for name, hit in zip(names, hits, strict=True):
             if hit is None:
                 raise self._missing(name)
         if len(hits) == 1:
@@ -224,7 +224,7 @@ class FolderStore(FileStore):
     def _locate_many(self, names: Sequence[str]) -> list[tuple[str, ByteRange] | None]:
         paths = [safe_name(n, self.url) for n in names]
         sizes = self._stat_many(paths)
-        return [None if s is None else (p, ByteRange(0, s)) for p, s in zip(paths, sizes)]
+        return [None if s is None else (p, ByteRange(0, s)) for p, s in zip(paths, sizes, strict=True)]
 
     def exists_many(self, names: Sequence[str]) -> list[bool]:
         return [s is not None for s in self._stat_many([safe_name(n, self.url) for n in names])]
