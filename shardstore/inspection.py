@@ -27,9 +27,10 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from . import nvmeta
-from .dataset import Dataset
+from .dataset import SHARDSTORE_FORMAT, Dataset
 from .errors import (
     ConfigError,
+    IndexVersionError,
     SampleNotFoundError,
     ShardstoreError,
     StaleIndexError,
@@ -75,10 +76,17 @@ def _prepared_stats(storage: Storage) -> dict[str, dict[str, Any]] | None:
     if not storage.exists(rel):
         return None
     try:
-        shards = json.loads(storage.read(rel))["shards"]
-    except (ValueError, KeyError, TypeError) as e:
+        raw = json.loads(storage.read(rel))
+        version, shards = int(raw.get("format", 1)), dict(raw["shards"])
+        stats = {str(k): dict(v) for k, v in shards.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
-    return {str(k): dict(v) for k, v in shards.items()}
+    if version > SHARDSTORE_FORMAT:
+        raise IndexVersionError(
+            f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT})",
+            path=storage.url(rel),
+        )
+    return stats
 
 
 def _changed(stat: FileStat, then: dict[str, Any] | None, end: int) -> str | None:
@@ -487,7 +495,7 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
         problems.add(p)
     try:
         stats = _prepared_stats(storage)
-    except ConfigError as e:
+    except ShardstoreError as e:
         problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
         stats = None
     idx_rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
