@@ -241,12 +241,18 @@ class Dataset:
         if loc is None:
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
         k = self._shard_pos(loc.tar_file_id)
-        shard = self.shards[k] if k is not None else ShardRef(self.info.shards[loc.tar_file_id], loc.tar_file_id, 0)
+        shard = self.shards[k] if k is not None else self._outside_shard(loc.tar_file_id)
         pos = self._starts[k] + loc.sample_index if k is not None else None
         return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos)
 
     def _shard_pos(self, tar_file_id: int) -> int | None:
         return self._by_id.get(tar_file_id)
+
+    def _outside_shard(self, tar_file_id: int) -> ShardRef:
+        """A shard of another split (a key lookup may land there): its real count, so the
+        ``.tar.idx`` and stale checks hold for it too."""
+        name = self.info.shards[tar_file_id]
+        return ShardRef(name, tar_file_id, self.info.shard_counts[name])
 
     def _read(self, refs: Sequence[SampleRef]) -> list[Sample]:
         for ref in refs:
