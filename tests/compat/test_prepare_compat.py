@@ -464,3 +464,24 @@ def test_energon_loader_reads_every_split(pair: tuple[Path, Path], tmp_path: Pat
             assert sample.__key__ not in got
             got[sample.__key__] = sample.parts
     assert got == truth
+
+
+def test_sample_types_match_energons_classes() -> None:
+    """--sample-type and the wizard offer exactly Energon's sample classes, with their fields in order."""
+    import dataclasses
+    import inspect
+
+    import megatron.energon as energon
+
+    from shardstore.nvmeta import SAMPLE_TYPES
+
+    base = {f.name for f in dataclasses.fields(energon.Sample)}
+    classes = {n: c for n, c in inspect.getmembers(energon) if isinstance(c, type) and issubclass(c, energon.Sample)}
+    assert set(SAMPLE_TYPES) == set(classes) | {"CrudeWebdataset"}
+    for name, cls in classes.items():
+        fields = tuple(
+            (f.name, f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+            for f in dataclasses.fields(cls)
+            if f.name not in base
+        )
+        assert SAMPLE_TYPES[name] == fields, name
