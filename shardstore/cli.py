@@ -371,5 +371,34 @@ def cat_command(path: str, name: str, storage_options: dict[str, Any] | None) ->
     cat(path, name, sys.stdout.buffer, storage_options=storage_options)
 
 
+@main.command("preview")
+@click.argument("path")
+@split_option
+@click.option("-n", "--num", "n", type=click.IntRange(min=0), default=5, show_default=True, help="How many samples.")
+@storage_options_option
+@json_option
+@handle_errors
+def preview_command(path: str, split: str | None, n: int, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """Print the first N samples for people: text and json parts shown, images as size and shape.
+
+    Never interactive; pickled parts are never unpickled. Excluded samples are skipped.
+
+    \b
+    Example:
+      shardstore preview ./ds -n 3 --split val
+    """
+    from .decode import preview
+
+    items = preview(path, n=n, split=split, storage_options=storage_options)
+    if as_json:
+        echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.parts} for i in items])
+        return
+    for item in items:
+        click.echo(f"[{item.position}] {item.key}  ({item.shard})")
+        width = max((len(p) for p in item.parts), default=0)
+        for part, text in item.parts.items():
+            click.echo(f"  {part:<{width}}  {text}")
+
+
 if __name__ == "__main__":
     main()
