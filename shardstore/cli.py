@@ -232,13 +232,43 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+def _is_metadataset(path: str) -> bool:
+    """A metadataset YAML (Energon's MetadatasetV2 or v1): `info`/`check` go to metadataset.py."""
+    return nvmeta.dataset_kind(path) == nvmeta.DatasetKind.METADATASET
+
+
+def _echo_metadataset_info(summary: dict[str, Any]) -> None:
+    click.echo(f"{summary['path']} ({summary['class']})")
+    for split, s in summary["splits"].items():
+        if "error" in s:
+            click.echo(f"  {split}: error: {s['error']}")
+            continue
+        click.echo(f"  {split}: {s['mode']}, {_plural(len(s['sources']), 'source')}, {_plural(s['samples'], 'sample')}")
+        for src in s["sources"]:
+            share = ""
+            if src["weight"] is not None:
+                share = f"weight {src['weight']:.4g}, "
+            elif src["repetitions"] is not None:
+                share = f"repetitions {src['repetitions']:g}, "
+            size = f"error: {src['error']}" if "error" in src else _plural(src["samples"], "sample")
+            if "subset" in src and src["subset"] != [0, src.get("dataset_samples")]:
+                size += f" (subset {src['subset'][0]}:{src['subset'][1]} of {src['dataset_samples']})"
+            click.echo(f"    {src['name']}  [{src['split_part']}] {share}{size}")
+            if src["subflavors"]:
+                click.echo(f"      subflavors: {json.dumps(src['subflavors'])}")
+            for name, aux in src["aux"].items():
+                state = "ok" if aux["resolves"] else f"MISSING: {aux.get('error', '')}"
+                files = f", {aux['files']} files" if "files" in aux else ""
+                click.echo(f"      aux {name}: {aux['kind']} {aux['path']}{files} -- {state}")
+
+
 @main.command("info")
 @click.argument("path")
 @storage_options_option
 @json_option
 @handle_errors
 def info_command(path: str, storage_options: dict[str, Any] | None, as_json: bool) -> None:
-    """Summarize a prepared dataset: samples, shards, bytes, splits, parts and sample type.
+    """Summarize a prepared dataset (or a metadataset YAML): samples, shards, bytes, splits, parts.
 
     Works on every prepared dataset, crude or typed, with or without dataset.yaml, prepared by
     shardstore or by Energon, local or remote.
@@ -248,6 +278,12 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
       shardstore info ./ds
       shardstore info s3://bucket/ds --storage-options '{"endpoint_url": "http://127.0.0.1:9000"}' --json
     """
+    if _is_metadataset(path):  # sources, weights, sizes per split, aux stores and whether they resolve
+        from .metadataset import metadataset_info
+
+        summary = metadataset_info(path, storage_options=storage_options)
+        echo_json(summary) if as_json else _echo_metadataset_info(summary)
+        return
     from .inspection import info
 
     s = info(path, storage_options=storage_options)
@@ -283,11 +319,20 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @main.command("check")
 @click.argument("path")
 @click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
+@click.option(
+    "--ref",
+    "refs",
+    multiple=True,
+    help="Metadataset only (repeatable): PART[field] naming aux files in each primary sample, e.g. "
+    "json[image]; STORE:json[image] checks one aux store.",
+)
 @storage_options_option
 @quiet_option
 @json_option
 @handle_errors
-def check_command(path: str, deep: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+def check_command(
+    path: str, deep: bool, refs: tuple[str, ...], storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
     """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
 
     Checks the .nv-meta files against their schema; that every shard exists with the size it had
@@ -299,7 +344,27 @@ def check_command(path: str, deep: bool, storage_options: dict[str, Any] | None,
     Example:
       shardstore check ./ds
       shardstore check ./ds --deep --json
+      shardstore check meta.yaml --ref 'json[image]'
     """
+    if _is_metadataset(path):  # every dataset and aux path; with --ref, every referenced aux file
+        from .metadataset import metadataset_check
+
+        mreport = metadataset_check(path, refs=refs, storage_options=storage_options)
+        if as_json:
+            echo_json(mreport.to_dict())
+        elif not quiet:
+            for problem in mreport.problems:
+                click.echo(f"problem: {problem}")
+            verdict = "OK" if mreport.ok else _plural(len(mreport.problems), "problem")
+            checked = f"{_plural(mreport.sources, 'source')}, {_plural(mreport.samples, 'sample')}"
+            if refs:
+                checked += f", {_plural(mreport.references, 'reference')}"
+            click.echo(f"{mreport.url}: {verdict} ({checked} checked in {mreport.seconds:.2f} s)")
+        if not mreport.ok:
+            sys.exit(1)
+        return
+    if refs:
+        raise click.UsageError("--ref applies to a metadataset YAML")
     from .inspection import check
 
     report = check(path, deep=deep, storage_options=storage_options)
