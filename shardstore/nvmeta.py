@@ -38,6 +38,7 @@ __all__ = [
     "brace_collapse",
     "read_info",
     "info_bytes",
+    "info_yaml_bytes",
     "read_splits",
     "splits_bytes",
     "read_dataset_yaml",
@@ -204,6 +205,11 @@ def read_info(storage: Storage) -> DatasetInfo:
 
 def info_bytes(info: DatasetInfo) -> bytes:
     return json.dumps({"energon_version": info.energon_version, "shard_counts": info.shard_counts}, indent=2).encode()
+
+
+def info_yaml_bytes(info: DatasetInfo) -> bytes:
+    """The legacy ``.info.yaml`` form, as Energon 7 rewrites it when one exists (PyYAML defaults)."""
+    return yaml.dump({"energon_version": info.energon_version, "shard_counts": info.shard_counts}).encode()
 
 
 def read_splits(storage: Storage, name: str = SPLIT_YAML) -> Splits:

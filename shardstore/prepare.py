@@ -44,6 +44,8 @@ __all__ = [
 
 #: shardstore's own metadata beside Energon's: shard sizes and versions at prepare time.
 SHARDSTORE_JSON = "shardstore.json"
+#: Staging subfolder for the new ``.tar.idx`` files (moved beside their shards at commit).
+_TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 #: Files of ``.nv-meta`` that prepare regenerates; any other file there is carried over.
 _GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
@@ -215,6 +217,13 @@ class _Staging:
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
+    def write_tar_idx(self, name: str, data: bytes) -> None:
+        """Stage a shard's ``.tar.idx`` (written next to its shard only at commit, like the rest)."""
+        path = os.path.join(self.dir, _TAR_IDX_DIR, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
     def write(self, name: str, data: bytes) -> None:
         with open(self.path(name), "wb") as f:
             f.write(data)
@@ -227,12 +236,26 @@ class _Staging:
         for name in os.listdir(old):
             if name in _GENERATED or (name == nvmeta.DATASET_YAML and not keep_dataset_yaml):
                 continue
+            if name.startswith(f"{nvmeta.INDEX_SQLITE}-") or os.path.lexists(self.path(name)):
+                continue  # a stale -wal/-journal must never meet the new index; staged files win
             src = os.path.join(old, name)
-            if os.path.isfile(src):
+            if os.path.isdir(src):
+                shutil.copytree(src, self.path(name), symlinks=True)
+            elif os.path.isfile(src):
                 shutil.copy2(src, self.path(name))
+
+    def _place_tar_idx(self) -> None:
+        """Move the staged ``.tar.idx`` files beside their shards, then drop their staging folder."""
+        root = os.path.join(self.dir, _TAR_IDX_DIR)
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                local = os.path.join(dirpath, f)
+                self.storage.put_file(local, os.path.relpath(local, root).replace(os.sep, "/"))
+        shutil.rmtree(root, ignore_errors=True)
 
     def commit(self) -> None:
         """Swap the staging folder in: the old ``.nv-meta`` is complete until the new one is."""
+        self._place_tar_idx()
         if not self.local:
             names = sorted(os.listdir(self.dir), key=lambda n: n == nvmeta.INDEX_UUID)  # uuid last
             for name in names:
@@ -332,7 +355,10 @@ def prepare(
     try:
         workers = num_workers or min(len(shards), os.cpu_count() or 1)
         for scan in _progress(_scans(storage, shards, workers), len(shards), progress):
-            storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
+            if staging is not None:
+                staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
+            else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
+                storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             counts[scan.name] = len(scan.samples)
             stats[scan.name] = {k: v for k, v in asdict(scan.stat).items() if v is not None}
             total_bytes += scan.stat.size
@@ -348,7 +374,10 @@ def prepare(
         writer.finish()
         split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
         new_uuid = nvmeta.new_uuid()
-        staging.write(nvmeta.INFO_JSON, nvmeta.info_bytes(nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)))
+        info = nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)
+        staging.write(nvmeta.INFO_JSON, nvmeta.info_bytes(info))
+        if storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"):  # as Energon: a legacy copy is kept in sync
+            staging.write(nvmeta.INFO_YAML, nvmeta.info_yaml_bytes(info))
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
         staging.write(SHARDSTORE_JSON, json.dumps({"format": 1, "shards": stats}, indent=1).encode())
         staging.write(nvmeta.INDEX_UUID, new_uuid)

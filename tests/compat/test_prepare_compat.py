@@ -485,3 +485,15 @@ def test_sample_types_match_energons_classes() -> None:
             if f.name not in base
         )
         assert SAMPLE_TYPES[name] == fields, name
+
+
+def test_legacy_info_yaml_rewritten_like_energon(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    """A dataset that still has an old .info.yaml: both tools rewrite it with the new counts, same bytes."""
+    copies = [_copy(p, tmp_path / name) for p, name in zip(pair, ("ours", "peer"))]
+    for c in copies:
+        (c / ".nv-meta" / ".info.yaml").write_text("shard_counts:\n  stale.tar: 1\n")
+    _shardstore(copies[0], "--force-overwrite", "--split-ratio", "1,0,0", "--exclude", "pax")
+    _energon(copies[1], "--force-overwrite", "--split-ratio", "1,0,0", "--exclude", "pax")
+    assert _meta(copies[0], ".info.yaml") == _meta(copies[1], ".info.yaml")
+    assert "stale.tar" not in _meta(copies[0], ".info.yaml").decode()
+    assert _meta(copies[0], ".info.json") == _meta(copies[1], ".info.json")
