@@ -488,3 +488,31 @@ def test_check_finds_missing_referenced_files(poly: dict[str, Any], tmp_path: Pa
     assert expected[0]["__key__"] in report.problems[0] and "images/000" in report.problems[0]
     missing_store = metadataset_check(str(path), refs=["photos:json[photo]"])
     assert not missing_store.ok and "photos" in missing_store.problems[0]
+
+
+# ----- CLI ---------------------------------------------------------------------------------------------
+def test_cli_info_and_check_on_a_metadataset(poly: dict[str, Any]) -> None:
+    from click.testing import CliRunner
+
+    from shardstore.cli import main
+
+    run = CliRunner().invoke
+    r = run(main, ["info", poly["meta"]])
+    assert r.exit_code == 0, r.output
+    assert "train: blend, 3 sources, 120 samples" in r.output and "primary_b  [train] weight 0.3333, 40 samples" in r.output
+    assert f"aux images: dataset {poly['aux_tar']}, 60 files -- ok" in r.output
+    r = run(main, ["info", poly["meta"], "--json"])
+    assert json.loads(r.output)["splits"]["train"]["samples"] == 120
+    r = run(main, ["check", poly["meta"], "--ref", "json[image]", "--ref", "photos:json[photo]"])
+    assert r.exit_code == 0 and "OK (3 sources, 120 samples, 240 references" in r.output, r.output
+    r = run(main, ["check", poly["meta"], "--ref", "images:json[photo]"])
+    assert r.exit_code == 1 and r.output.count("problem:") == 100 and "not found in aux 'images'" in r.output
+    r = run(main, ["check", poly["aux_tar"], "--ref", "json[image]"])
+    assert r.exit_code == 2 and "--ref applies to a metadataset" in r.output
+    bad = write_yaml(poly, "cli-bad.yaml", V2 + "splits:\n  train: {path: primary_a, aux: {images: gone}}\n")
+    r = run(main, ["info", bad])
+    assert r.exit_code == 0 and "aux images: dataset" in r.output and "MISSING" in r.output
+    r = run(main, ["check", bad, "--json"])
+    assert r.exit_code == 1 and "splits.train.aux.images" in json.loads(r.output)["problems"][0]
+    r = run(main, ["check", write_yaml(poly, "cli-bad2.yaml", V2 + "splits: {train: {path: a, wat: 1}}\n")])
+    assert r.exit_code == 1 and "shardstore: error:" in r.output and "wat" in r.output
