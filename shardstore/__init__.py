@@ -8,6 +8,7 @@ from __future__ import annotations
 from .dataset import Dataset, open
 from .errors import ShardstoreError
 from .metadataset import Metadataset, interleave, open_metadataset
+from .mount import mount  # the function; helpers: ``from shardstore.mount import umount``
 from .prepare import PrepareReport, prepare
 from .samples import Sample
 
@@ -20,6 +21,7 @@ __all__ = [
     "Sample",
     "ShardstoreError",
     "interleave",
+    "mount",
     "open",
     "open_metadataset",
     "prepare",

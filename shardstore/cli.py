@@ -465,5 +465,64 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
             click.echo(f"  {part:<{width}}  {text}")
 
 
+@main.command("mount")
+@click.argument("dataset")
+@click.argument("mountpoint", type=click.Path(file_okay=False))
+@click.option(
+    "--layout",
+    type=click.Choice(["flat", "samples"]),
+    default="flat",
+    show_default=True,
+    help="flat: one KEY.PART file per member (keys with / become folders); samples: one folder per key.",
+)
+@click.option("--foreground", is_flag=True, help="Serve in this process until unmounted (Ctrl-C unmounts).")
+@storage_options_option
+@quiet_option
+@handle_errors
+def mount_command(
+    dataset: str, mountpoint: str, layout: str, foreground: bool, storage_options: dict[str, Any] | None, quiet: bool
+) -> None:
+    """Mount DATASET (a prepared folder, s3:// URL or metadataset YAML) read-only at MOUNTPOINT.
+
+    Returns once the mount answers (the FUSE process runs on in the background) unless
+    --foreground. Besides the layout, .by-shard/<shard>/ and .by-split/<split>/ show the same
+    members per shard and per split. Unmount with `shardstore umount MOUNTPOINT`.
+
+    \b
+    Example:
+      shardstore mount ./ds /mnt/ds && ls /mnt/ds | head
+      shardstore mount s3://bucket/ds /mnt/ds --layout samples
+      shardstore umount /mnt/ds
+    """
+    from .mount import mount
+
+    handle = mount(dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options)
+    if not foreground and not quiet:
+        click.echo(
+            f"Mounted {dataset} at {handle.mountpoint} ({layout} layout, pid {handle.pid}, log {handle.log_path}); "
+            f"unmount with: shardstore umount {handle.mountpoint}"
+        )
+
+
+@main.command("umount")
+@click.argument("mountpoint", type=click.Path(file_okay=False))
+@quiet_option
+@handle_errors
+def umount_command(mountpoint: str, quiet: bool) -> None:
+    """Unmount a `shardstore mount` (also one whose process died) and end its process.
+
+    Runs `fusermount3 -u`, or `fusermount3 -u -z` (lazy) when files are still open.
+
+    \b
+    Example:
+      shardstore umount /mnt/ds
+    """
+    from .mount import umount
+
+    umount(mountpoint)
+    if not quiet:
+        click.echo(f"Unmounted {mountpoint}")
+
+
 if __name__ == "__main__":
     main()

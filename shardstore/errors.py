@@ -23,6 +23,7 @@ __all__ = [
     "DecodeError",
     "PathEscapeError",
     "AuxNotFoundError",
+    "MountError",
 ]
 
 
@@ -137,3 +138,7 @@ class AuxNotFoundError(ConfigError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return self._message()
+
+
+class MountError(ShardstoreError, OSError):
+    """Mounting or unmounting failed (no FUSE, mount point busy, the mount process died)."""

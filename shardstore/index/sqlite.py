@@ -7,6 +7,7 @@ place when complete), then builds the secondary indexes once. The reader opens t
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
@@ -204,6 +205,74 @@ class IndexReader:
             if len(rows) < page:
                 return
             last = (rows[-1][1], rows[-1][2])
+
+    # ----- key-range pages (the FUSE mount lists folders with these, one page at a time) ----------
+    @staticmethod
+    def _key_range(
+        lo: str, hi: str | None, after: bool, tar_ids: Sequence[int] | None
+    ) -> tuple[str, list[object]]:
+        """WHERE clause for ``lo <(=) sample_key < hi`` and ``tar_file_id in tar_ids``.
+
+        The unary ``+`` keeps SQLite on the UNIQUE ``sample_key`` index, so a page costs
+        O(log n + rows scanned) whatever the filter.
+        """
+        sql = "sample_key > ?" if after else "sample_key >= ?"
+        args: list[object] = [lo]
+        if hi is not None:
+            sql += " AND sample_key < ?"
+            args.append(hi)
+        if tar_ids is not None:
+            if len(tar_ids) == 1:
+                sql += " AND +tar_file_id = ?"
+                args.append(tar_ids[0])
+            else:
+                sql += " AND +tar_file_id IN (SELECT value FROM json_each(?))"
+                args.append(json.dumps(list(tar_ids)))
+        return sql, args
+
+    def key_page(
+        self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 1024
+    ) -> list[tuple[str, int, int]]:
+        """(key, tar_file_id, sample_index) of up to ``limit`` samples in key order from ``lo``."""
+        where, args = self._key_range(lo, hi, after, tar_ids)
+        return self._conn().execute(
+            f"SELECT sample_key, tar_file_id, sample_index FROM samples WHERE {where} ORDER BY sample_key LIMIT ?",
+            (*args, limit),
+        ).fetchall()
+
+    def part_page(
+        self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 512
+    ) -> list[tuple[str, int, int, str, int, int]]:
+        """(key, tar_file_id, sample_index, part, data offset, size) of the parts of up to ``limit``
+        samples in key order from ``lo``; a sample's parts in tar order."""
+        where, args = self._key_range(lo, hi, after, tar_ids)
+        return self._conn().execute(
+            "SELECT s.sample_key, s.tar_file_id, s.sample_index, p.part_name, p.content_byte_offset, "
+            "p.content_byte_size FROM (SELECT sample_key, tar_file_id, sample_index FROM samples "
+            f"WHERE {where} ORDER BY sample_key LIMIT ?) s JOIN sample_parts p "
+            "ON p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index "
+            "ORDER BY s.sample_key, p.content_byte_offset",
+            (*args, limit),
+        ).fetchall()
+
+    def shard_part_page(
+        self, tar_file_id: int, after: tuple[int, int] = (-1, -1), limit: int = 2048
+    ) -> list[tuple[str, int, str, int, int]]:
+        """(key, sample_index, part, data offset, size) of one shard's parts in tar order after
+        ``after`` = (sample_index, data offset)."""
+        return self._conn().execute(
+            "SELECT (SELECT s.sample_key FROM samples s WHERE s.tar_file_id = p.tar_file_id "
+            "AND s.sample_index = p.sample_index), p.sample_index, p.part_name, p.content_byte_offset, "
+            "p.content_byte_size FROM sample_parts p "
+            "WHERE p.tar_file_id = ? AND (p.sample_index, p.content_byte_offset) > (?, ?) "
+            "ORDER BY p.sample_index, p.content_byte_offset LIMIT ?",
+            (tar_file_id, *after, limit),
+        ).fetchall()
+
+    def has_keys(self, lo: str, hi: str | None, tar_ids: Sequence[int] | None = None) -> bool:
+        """True if some sample has ``lo <= key < hi`` (in ``tar_ids``): is ``lo`` a folder prefix?"""
+        where, args = self._key_range(lo, hi, False, tar_ids)
+        return self._conn().execute(f"SELECT 1 FROM samples WHERE {where} LIMIT 1", args).fetchone() is not None
 
     def part_counts(self) -> dict[str, int]:
         if not self.has_parts:
