@@ -1,0 +1,128 @@
+"""PyTorch adapters over a shardstore ``Dataset``: map-style and iterable.
+
+Both work with ``DataLoader(num_workers=N)`` under fork and spawn: a ``Dataset`` pickles as its
+metadata only, and file descriptors, memory maps and SQLite connections are reopened in each
+worker. ``IterableDataset`` partitions the split over ranks x workers by itself (each worker reads
+a disjoint share; together they read every sample once per epoch); ``MapDataset`` leaves that to
+the DataLoader's sampler.
+
+torch is an optional extra (``pip install 'shardstore[torch]'``); ``import shardstore`` never
+imports this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .errors import MissingExtraError
+
+try:
+    import torch
+    from torch.utils import data as _tud
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise MissingExtraError(f"shardstore.torch needs PyTorch: pip install 'shardstore[torch]' ({e})") from e
+
+from .dataset import Dataset
+from .dataset import open as open_dataset
+from .sharding import iter_dataset, kept_position
+
+__all__ = ["MapDataset", "IterableDataset", "distributed_rank"]
+
+Transform = Callable[[Any], Any]
+
+
+def _dataset(dataset: Dataset | str, split: str | None, open_kwargs: dict[str, Any]) -> Dataset:
+    if isinstance(dataset, Dataset):
+        if open_kwargs:
+            raise TypeError(f"open options {sorted(open_kwargs)} apply only when a URL is given")
+        return dataset
+    return open_dataset(dataset, split, **open_kwargs)
+
+
+def distributed_rank() -> tuple[int, int]:
+    """(rank, world_size) of ``torch.distributed`` when it is initialised, else (0, 1)."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return 0, 1
+
+
+class MapDataset(_tud.Dataset):  # type: ignore[type-arg]
+    """Map-style: item ``i`` is the ``i``-th sample of the split that ``split.yaml`` does not exclude.
+
+    ``dataset`` is an open ``Dataset`` or a URL (then ``split`` and ``open_kwargs`` -- ``decode``,
+    ``field_map``, ``storage_options`` ... -- open it). ``transform`` is applied to each sample
+    (it must pickle for spawned workers).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset | str,
+        split: str | None = "train",
+        *,
+        transform: Transform | None = None,
+        **open_kwargs: Any,
+    ) -> None:
+        self.dataset = _dataset(dataset, split, open_kwargs)
+        self.transform = transform
+        self._excluded = self.dataset.excluded_positions()
+
+    def __len__(self) -> int:
+        return len(self.dataset) - len(self._excluded)
+
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} samples")
+        position = kept_position(i, self._excluded) if self._excluded else i
+        sample = self.dataset[position]
+        return self.transform(sample) if self.transform is not None else sample
+
+
+class IterableDataset(_tud.IterableDataset):  # type: ignore[type-arg]
+    """Iterable: each DataLoader worker (of each rank) yields its own share of the split.
+
+    ``rank``/``world_size`` default to ``torch.distributed``'s; the worker id and count come from
+    the DataLoader. With ``shuffle``, the order is seeded by ``seed`` and the epoch (``set_epoch``).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset | str,
+        split: str | None = "train",
+        *,
+        shuffle: bool = False,
+        seed: int = 0,
+        rank: int | None = None,
+        world_size: int | None = None,
+        transform: Transform | None = None,
+        **open_kwargs: Any,
+    ) -> None:
+        self.dataset = _dataset(dataset, split, open_kwargs)
+        self.shuffle = shuffle
+        self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.transform = transform
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the shuffle order of ``epoch`` from the next ``iter`` on (call it in the parent)."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        rank, world_size = distributed_rank()
+        samples = iter_dataset(
+            self.dataset,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            rank=rank if self.rank is None else self.rank,
+            world_size=world_size if self.world_size is None else self.world_size,
+            epoch=self.epoch,
+        )
+        if self.transform is None:
+            return samples
+        return map(self.transform, samples)
