@@ -82,7 +82,7 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", kind: bytes = tarfi
         tar.addfile(info)
 
 
-def _extra_shard(path: Path) -> None:
+def extra_shard(path: Path) -> None:
     """Keys in folders (with dots), multi-dot parts, a long GNU name, members Energon skips."""
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
         _add(tar, "__meta__/info.json", b"{}")
@@ -101,7 +101,7 @@ def _extra_shard(path: Path) -> None:
 def root(make_shards: Callable[..., Path]) -> Path:
     """10 generated shards x 6 samples plus one hand-made shard; split 8,1,1 over the 11 shards."""
     path = make_shards(shards=10, samples=6, min_kb=1, max_kb=3)
-    _extra_shard(path / "parts" / "extra.tar")
+    extra_shard(path / "parts" / "extra.tar")
     shardstore.prepare(str(path), split_ratio="8,1,1", num_workers=1)
     return path
 
