@@ -121,7 +121,10 @@ def main() -> int:
     print(f"  5. check --deep  {'OK' if result.ok else f'{len(result.problems)} problems'}: "
           f"{result.parts} parts walked in {secs:.2f} s")
     rel = out if not out.is_relative_to(Path.cwd()) else out.relative_to(Path.cwd())
-    print(f"Try: .venv/bin/shardstore info {rel}   |   ls {rel} -n 3   |   cat {rel} {keys[0]}.txt")
+    cli = ".venv/bin/shardstore"
+    print(f"Next, try:  {cli} info {rel}")
+    print(f"            {cli} ls {rel} --split val -n 3")
+    print(f"            {cli} cat {rel} {keys[0]}.txt")
     return 0 if ok and result.ok else 1
 
 
