@@ -14,7 +14,6 @@ from make_polylithic import media_bytes, write_aux_folder, write_aux_tar
 import shardstore
 from shardstore.errors import PathEscapeError, SampleNotFoundError, StaleIndexError
 from shardstore.filestores import FolderStore, IndexedTarStore, open_file_store
-from shardstore.storage import ByteRange
 
 IMAGES = 50
 
@@ -81,24 +80,26 @@ def test_indexed_tar_store_get_many_order_duplicates_and_errors(aux_tar: Path) -
     assert store.exists_many(["images/00001.jpg", "images/00777.jpg"]) == [True, False]
 
 
-def test_indexed_tar_store_reads_only_the_payload(aux_tar: Path) -> None:
+def test_indexed_tar_store_reads_only_the_payload(aux_tar: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = IndexedTarStore(str(aux_tar))
-    reads: list[tuple[str, ByteRange]] = []
-    real = store.storage.read_range
+    store["images/00001.jpg"]  # the first read of a shard also checks its size: not counted below
+    store["images/00049.jpg"]
+    reads: list[tuple[int, int]] = []  # (size, offset) of every pread, whoever issues it
+    real = os.pread
 
-    def spy(path: str, rng: ByteRange) -> bytes:
-        reads.append((path, rng))
-        return real(path, rng)
+    def spy(fd: int, size: int, offset: int) -> bytes:
+        reads.append((size, offset))
+        return real(fd, size, offset)
 
-    store.storage.read_range = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(os, "pread", spy)
     data = store["images/00007.jpg"]
-    assert len(reads) == 1 and reads[0][1].size == len(data) == len(media_bytes("image", 7))
-    with tarfile.open(aux_tar / reads[0][0]) as tar:
-        member = tar.getmember("images/00007.jpg")
-        assert reads[0][1].offset == member.offset_data
+    assert len(reads) == 1 and reads[0][0] == len(data) == len(media_bytes("image", 7))
+    shard = store.dataset.index.part("images/00007", "jpg")[0]  # type: ignore[index]
+    with tarfile.open(aux_tar / store.dataset.info.shards[shard]) as tar:
+        assert reads[0][1] == tar.getmember("images/00007.jpg").offset_data
     reads.clear()
     store.get_many(["images/00003.jpg", "images/00004.jpg"])  # neighbours: one merged read
-    assert len(reads) == 1
+    assert len(reads) == 1 and reads[0][0] < 2 * 2000
 
 
 def test_indexed_tar_store_detects_a_changed_shard(tmp_path: Path) -> None:
@@ -174,3 +175,31 @@ def test_folder_store_pickles_and_filesystem_prefix(folder: Path) -> None:
 def test_open_file_store_dispatch(aux_tar: Path, folder: Path) -> None:
     assert isinstance(open_file_store(str(aux_tar)), IndexedTarStore)
     assert isinstance(open_file_store("filesystem://" + os.fspath(folder)), FolderStore)
+
+
+def test_indexed_tar_store_without_sample_parts(tmp_path: Path) -> None:
+    """An index like Energon 6's (no sample_parts table): members come from their whole sample."""
+    import sqlite3
+
+    path = tmp_path / "old"
+    write_aux_tar(str(path), 12, shards=2)
+    shardstore.prepare(str(path), split_ratio="1,0,0", num_workers=1)
+    db = sqlite3.connect(path / ".nv-meta" / "index.sqlite")
+    db.execute("DROP TABLE sample_parts")
+    db.commit()
+    db.close()
+    store = IndexedTarStore(str(path))
+    assert store.get_many(names(12)) == [media_bytes("image", i) for i in range(12)]
+    assert "images/00011.jpg" in store and "images/00011.png" not in store and "images/00012.jpg" not in store
+    assert store.get("images/00012.jpg") is None
+
+
+def test_folder_store_keeps_no_descriptor_per_file(tmp_path: Path) -> None:
+    """A media folder can hold millions of files: reading them must not pile up open descriptors."""
+    for i in range(300):
+        (tmp_path / f"{i}.bin").write_bytes(b"x" * i)
+    store = FolderStore(str(tmp_path))
+    before = len(os.listdir("/proc/self/fd"))
+    assert [len(store[f"{i}.bin"]) for i in range(300)] == list(range(300))
+    assert [len(b) for b in store.get_many([f"{i}.bin" for i in range(300)])] == list(range(300))
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
