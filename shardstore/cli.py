@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -406,13 +406,27 @@ def ls_command(
 
     listing = ls(path, split=split, limit=limit, storage_options=storage_options)
     if as_json:
-        click.echo("[", nl=False)
-        for i, item in enumerate(listing):
-            click.echo(("," if i else "") + "\n  " + json.dumps(item.to_dict()), nl=False)
+        lines = ("  " + json.dumps(item.to_dict()) for item in listing)
+        first = next(lines, None)
+        click.echo("[" if first is None else "[\n" + first, nl=False)
+        _echo_chunked("," + "\n" + line for line in lines)
         click.echo("\n]")
         return
-    for item in listing:
-        click.echo(f"{item.key}\t{','.join(item.parts)}" + ("\t(excluded)" if item.excluded else ""))
+    _echo_chunked(
+        f"{item.key}\t{','.join(item.parts)}" + ("\t(excluded)\n" if item.excluded else "\n") for item in listing
+    )
+
+
+def _echo_chunked(pieces: Iterator[str], lines: int = 1024) -> None:
+    """Print a stream of (newline-terminated) pieces a chunk at a time: one echo per line is slow."""
+    chunk: list[str] = []
+    for piece in pieces:
+        chunk.append(piece)
+        if len(chunk) >= lines:
+            click.echo("".join(chunk), nl=False)
+            chunk.clear()
+    if chunk:
+        click.echo("".join(chunk), nl=False)
 
 
 @main.command("cat")

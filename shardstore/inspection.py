@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -38,10 +40,10 @@ from .errors import (
 )
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
-from .keys import SamplePart, group_samples, member_name, split_name
+from .keys import SamplePart, group_batches, group_samples, member_name, split_name
 from .prepare import SHARDSTORE_JSON
 from .storage import ByteRange, FileStat, Storage, open_storage
-from .tarscan import iter_members, scan_storage
+from .tarscan import iter_members, scan_storage_batches
 
 __all__ = [
     "DatasetSummary",
@@ -56,6 +58,8 @@ __all__ = [
 
 #: At most this many problems are listed per shard (the rest are counted in one line).
 MAX_PROBLEMS_PER_SHARD = 5
+#: ``ls`` reads this many samples (and their parts) from the index at a time.
+LS_PAGE = 1024
 #: ``cat`` copies a member in pieces of this size, so a multi-GB video never sits in memory.
 CAT_CHUNK = 8 << 20
 
@@ -432,48 +436,132 @@ def _check_rows(
     return n
 
 
-def _deep_check(storage: Storage, index: IndexReader, tid: int, shard: str, problems: _Problems) -> int:
+class _Rows:
+    """Rows of one shard streamed in index order, through a read-only connection of our own.
+
+    One query per shard and table instead of one per sample: ``ls`` and ``check --deep`` touch
+    every row, and per-sample lookups cost more than the whole header walk.
+    """
+
+    SAMPLES = (
+        "SELECT sample_key, sample_index, byte_offset, byte_size FROM samples "
+        "WHERE tar_file_id=? ORDER BY sample_index"
+    )
+    PARTS = (
+        "SELECT sample_index, part_name, content_byte_offset, content_byte_size FROM sample_parts "
+        "WHERE tar_file_id=? ORDER BY sample_index, content_byte_offset"
+    )
+
+    def __init__(self, index: IndexReader) -> None:
+        uri = f"file:{urllib.parse.quote(os.path.abspath(index.path))}?mode=ro&immutable=1"
+        self.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self.has_parts = index.has_parts
+
+    def samples(self, tid: int) -> _Peek:
+        return _Peek(self.db.execute(self.SAMPLES, (tid,)))
+
+    def parts(self, tid: int) -> _Peek:
+        return _Peek(self.db.execute(self.PARTS, (tid,)) if self.has_parts else iter(()))
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _Peek:
+    """An iterator of rows whose first column is the sample index, taken a sample range at a time."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]]) -> None:
+        self._rows = iter(rows)
+        self._next: tuple[Any, ...] | None = next(self._rows, None)
+
+    def upto(self, last: int, col: int = 0) -> list[tuple[Any, ...]]:
+        """The rows whose sample index (column ``col``) is at most ``last``."""
+        out: list[tuple[Any, ...]] = []
+        while self._next is not None and self._next[col] <= last:
+            out.append(self._next)
+            self._next = next(self._rows, None)
+        return out
+
+    def take(self, n: int) -> list[tuple[Any, ...]]:
+        """The next ``n`` rows (fewer at the end)."""
+        out: list[tuple[Any, ...]] = []
+        while self._next is not None and len(out) < n:
+            out.append(self._next)
+            self._next = next(self._rows, None)
+        return out
+
+    def rest(self) -> list[tuple[Any, ...]]:
+        return self.upto(1 << 62)
+
+
+def _deep_check(storage: Storage, rows: _Rows, tid: int, shard: str, problems: _Problems) -> int:
     """Walk the shard's headers and compare every sample and member with its index rows.
 
-    This is "parse the header before each part's data": the walker checks each header's
-    checksum, and a part's row is right only if a member named ``key.part`` has its data at
-    ``content_byte_offset`` with ``content_byte_size`` bytes.
+    This is "parse the header before each part's data", for all of them: the walker verifies
+    every header's checksum and finds each member's name, data offset and size, and a part's
+    row is right only if a member named ``key.part`` has its data at ``content_byte_offset``
+    with ``content_byte_size`` bytes. Walk and rows are compared a batch of samples at a time.
     """
     where = storage.url(shard)
-    rows = index.iter_samples(tid)
+    samples, parts = rows.samples(tid), rows.parts(tid)
     checked = 0
     try:
-        for rec in group_samples(scan_storage(storage, shard)):
-            row = next(rows, None)
-            if row is None:
-                problems.add(Problem("member", where, "the shard has more samples than the index", rec.key, rec.offset))
-                return checked
-            key, _, sample_index, offset, size = row
-            if (key, offset, size) != (rec.key, rec.offset, rec.size):
-                problems.add(Problem(
-                    "member", where,
-                    f"index has sample {key!r} at {offset} (+{size}), the shard has {rec.key!r} at {rec.offset} (+{rec.size})",
-                    key, offset,
-                ))
-                continue
-            if not index.has_parts:
-                continue
-            want = sorted(index.parts(tid, sample_index), key=lambda p: p[1])
-            have = [(p.name, p.offset, p.size) for p in rec.parts]
-            checked += len(have)
+        for batch in group_batches(scan_storage_batches(storage, shard)):
+            last = batch.first_index + len(batch) - 1
+            want = samples.upto(last, col=1)
+            have = [
+                (k, i, o, z) for i, (k, o, z) in enumerate(zip(batch.keys, batch.offsets, batch.sizes, strict=True), batch.first_index)
+            ]
             if want != have:
-                for name, off, sz in sorted(set(want) - set(have), key=lambda p: p[1]):
-                    problems.add(Problem(
-                        "member", where,
-                        f"no member {member_name(key, name)!r} with {sz} bytes of data at this offset", member_name(key, name), off,
-                    ))
-                for name, off, sz in sorted(set(have) - set(want), key=lambda p: p[1]):
-                    problems.add(Problem("member", where, f"member with {sz} bytes not in the index", member_name(key, name), off))
-        if next(rows, None) is not None:
-            problems.add(Problem("member", where, "the index has more samples than the shard"))
+                _sample_problems(want, have, where, problems)
+            if rows.has_parts:
+                want_parts = parts.upto(last)
+                have_parts = list(zip(batch.part_samples, batch.part_names, batch.part_offsets, batch.part_sizes, strict=True))
+                checked += len(have_parts)
+                if want_parts != have_parts:
+                    _part_problems(want_parts, have_parts, {i: k for k, i, _, _ in want}, where, problems)
+        extra = samples.rest()
+        if extra:
+            problems.add(Problem(
+                "member", where, f"the index has {len(extra)} more samples than the shard", extra[0][0], extra[0][2]
+            ))
     except ShardstoreError as e:
         problems.add(Problem.from_error("member", e, where))
     return checked
+
+
+def _sample_problems(
+    want: list[tuple[Any, ...]], have: list[tuple[Any, ...]], where: str, problems: _Problems
+) -> None:
+    """Name the samples where the index (``want``) and the shard's headers (``have``) differ."""
+    by_index = {row[1]: row for row in want}
+    for key, i, offset, size in have:
+        row = by_index.pop(i, None)
+        if row is None:
+            problems.add(Problem("member", where, f"sample {i} of the shard is not in the index", key, offset))
+        elif row != (key, i, offset, size):
+            problems.add(Problem(
+                "member", where,
+                f"index has sample {i} = {row[0]!r} at {row[2]} (+{row[3]}), the shard has {key!r} at {offset} (+{size})",
+                row[0], row[2],
+            ))
+    for key, i, offset, _ in by_index.values():
+        problems.add(Problem("member", where, f"sample {i} of the index is not in the shard", key, offset))
+
+
+def _part_problems(
+    want: list[tuple[Any, ...]], have: list[tuple[Any, ...]], keys: dict[int, str], where: str, problems: _Problems
+) -> None:
+    """Name the members whose index row (``want``) has no matching member in the shard, and back."""
+    want_set, have_set = set(want), set(have)
+    for i, name, offset, size in want:
+        if (i, name, offset, size) not in have_set:
+            member = member_name(keys.get(i, f"#{i}"), name)
+            problems.add(Problem("member", where, f"no member {member!r} with {size} bytes of data here", member, offset))
+    for i, name, offset, size in have:
+        if (i, name, offset, size) not in want_set:
+            member = member_name(keys.get(i, f"#{i}"), name)
+            problems.add(Problem("member", where, f"member with {size} bytes of data is not in the index", member, offset))
 
 
 def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> CheckReport:
@@ -506,12 +594,14 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
         return report
     try:
         with _index_reader(storage) as index:
+            rows = _Rows(index)
             total = index.count()
             expected = sum(meta_info.shard_counts.values())
             if total != expected:
                 problems.add(Problem("index", storage.url(idx_rel), f"{total} samples, .info.json counts {expected}"))
             for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
-                report.samples += _check_shard(storage, index, tid, shard, count, stats, deep, problems, report)
+                report.samples += _check_shard(storage, index, rows, tid, shard, count, stats, deep, problems, report)
+            rows.close()
     except ShardstoreError as e:
         problems.add(Problem.from_error("index", e, storage.url(idx_rel)))
     report.problems = problems.finish()
@@ -522,6 +612,7 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
 def _check_shard(
     storage: Storage,
     index: IndexReader,
+    rows: _Rows,
     tid: int,
     shard: str,
     count: int,
@@ -557,7 +648,7 @@ def _check_shard(
         shard_ok = False
     n = _check_rows(index, tid, count, offsets, storage.url(idx_rel), problems)
     if deep and shard_ok:
-        report.parts += _deep_check(storage, index, tid, shard, problems)
+        report.parts += _deep_check(storage, rows, tid, shard, problems)
     return n
 
 
@@ -598,18 +689,27 @@ def ls(
 def _ls(ds: Dataset, limit: int | None) -> Iterator[SampleListing]:
     if limit is not None and limit <= 0:
         return
-    index = ds.index
-    position = 0
-    for shard in ds.shards:
-        for key, tid, sample_index, offset, size in index.iter_samples(shard.tar_file_id):
-            if index.has_parts:
-                names = tuple(p[0] for p in index.parts(tid, sample_index))
-            else:
-                names = tuple(p.name for p in _parts_from_headers(ds.storage, shard.name, ByteRange(offset, size)))
-            yield SampleListing(key, shard.name, position, names, f"{shard.name}/{key}" in ds.excluded)
-            position += 1
-            if limit is not None and position >= limit:
-                return
+    rows = _Rows(ds.index)
+    try:
+        position = 0
+        for shard in ds.shards:
+            samples, parts = rows.samples(shard.tar_file_id), rows.parts(shard.tar_file_id)
+            while page := samples.take(LS_PAGE):
+                in_page = parts.upto(page[-1][1])
+                names: dict[int, list[str]] = {}
+                for i, part, _, _ in in_page:
+                    names.setdefault(i, []).append(part)
+                for key, i, offset, size in page:
+                    if rows.has_parts:
+                        found = tuple(names.get(i, ()))
+                    else:
+                        found = tuple(p.name for p in _parts_from_headers(ds.storage, shard.name, ByteRange(offset, size)))
+                    yield SampleListing(key, shard.name, position, found, f"{shard.name}/{key}" in ds.excluded)
+                    position += 1
+                    if limit is not None and position >= limit:
+                        return
+    finally:
+        rows.close()
 
 
 # ----- cat ---------------------------------------------------------------------------------------
