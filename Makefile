@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv test test-fast demo lint bench system-deps clean
+.PHONY: help venv energon6 test test-fast demo lint bench system-deps clean
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -23,13 +23,22 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# Energon 6.0 in a venv of its own, for the read-compatibility tests (they run its `energon prepare`).
+ENERGON6 ?= .venv-energon6
+$(ENERGON6)/.installed: tests/compat/energon6-requirements.txt
+	$(PYTHON) -m venv $(ENERGON6)
+	$(ENERGON6)/bin/python -m pip install -q -r tests/compat/energon6-requirements.txt
+	touch $@
+
+energon6: $(ENERGON6)/.installed
+
 # System packages the tests need: FUSE 3 (for mount) and what the S3 test server needs.
 system-deps:
 	@command -v fusermount3 >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libfuse3.so.3 -o -e /usr/lib/aarch64-linux-gnu/libfuse3.so.3 ] || \
 	  { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 >/dev/null) || \
 	    echo "warning: fuse3 is missing and cannot be installed (not root); mount tests will skip"; }
 
-test: venv system-deps
+test: venv system-deps energon6
 	$(PY) tools/s3server.py install
 	$(PY) -m pytest -q -p no:cacheprovider tests
 
@@ -48,4 +57,4 @@ bench: venv
 	$(PY) tools/bench/read.py
 
 clean:
-	rm -rf $(VENV) demo-data .pytest_cache
+	rm -rf $(VENV) $(ENERGON6) demo-data .pytest_cache

@@ -60,7 +60,8 @@ def split_shards(root: Path, split: str | None) -> list[str]:
     """The split's shards in split.yaml order, minus excluded shards, read with plain PyYAML."""
     meta = root / ".nv-meta"
     if split is None:
-        return list(json.loads((meta / ".info.json").read_text())["shard_counts"])
+        info = meta / ".info.json" if (meta / ".info.json").exists() else meta / ".info.yaml"  # Energon 6
+        return list(yaml.safe_load(info.read_text())["shard_counts"])
     raw = yaml.safe_load((meta / "split.yaml").read_text())
     excluded = {e for pattern in raw.get("exclude") or [] for e in braceexpand.braceexpand(pattern)}
     names = [n for pattern in raw["split_parts"][split] for n in braceexpand.braceexpand(pattern)]
