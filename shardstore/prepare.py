@@ -8,20 +8,24 @@ failed or interrupted prepare leaves the previous ``.nv-meta`` (or none) untouch
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
 import random
 import re
 import shutil
+import signal
+import socket
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from . import nvmeta
 from .errors import ConfigError, EmptyShardError, StorageError
@@ -49,6 +53,7 @@ _TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 #: Files of ``.nv-meta`` that prepare regenerates; any other file there is carried over.
 _GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
+_F = TypeVar("_F", bound=Callable[..., Any])
 #: The seed Energon uses for ``--shuffle-tars``.
 _SHUFFLE_SEED = 42
 
@@ -206,7 +211,11 @@ class _Staging:
         local_root = storage.local_path("")
         self.local = local_root is not None
         if local_root is not None:
-            self.dir = os.path.join(local_root, f"{nvmeta.META_DIR}.tmp-{uuid.uuid4().hex[:12]}")
+            final = os.path.join(local_root, nvmeta.META_DIR)
+            if os.path.lexists(final) and not os.path.isdir(final):
+                raise StorageError(f"cannot write {nvmeta.META_DIR}: it exists and is not a folder", path=final)
+            _remove_dead_stagings(local_root)
+            self.dir = os.path.join(local_root, f"{_STAGING_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         else:
             self.dir = scratch_path("-nv-meta")
         try:
@@ -255,8 +264,8 @@ class _Staging:
 
     def commit(self) -> None:
         """Swap the staging folder in: the old ``.nv-meta`` is complete until the new one is."""
-        self._place_tar_idx()
         if not self.local:
+            self._place_tar_idx()
             names = sorted(os.listdir(self.dir), key=lambda n: n == nvmeta.INDEX_UUID)  # uuid last
             for name in names:
                 self.storage.put_file(self.path(name), f"{nvmeta.META_DIR}/{name}")
@@ -265,20 +274,73 @@ class _Staging:
         final = self.storage.local_path(nvmeta.META_DIR)
         assert final is not None
         old = None
-        if os.path.exists(final):
-            old = f"{final}.old-{uuid.uuid4().hex[:12]}"
-            os.rename(final, old)
         try:
+            if os.path.exists(final):  # first, so an unwritable .nv-meta fails before anything changed
+                aside = f"{final}.old-{uuid.uuid4().hex[:12]}"
+                os.rename(final, aside)
+                old = aside
+            self._place_tar_idx()
             os.rename(self.dir, final)
-        except OSError:
+        except OSError as e:
             if old is not None:
                 os.rename(old, final)
-            raise
+            raise StorageError(f"cannot replace {nvmeta.META_DIR}: {e.strerror or e}", path=final) from e
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
     def abort(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _exit_on_sigterm(owner: int, signum: int, frame: object) -> None:
+    if os.getpid() != owner:  # a forked scan worker inherited this handler: die as SIGTERM does
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise SystemExit(128 + signum)
+
+
+def _sigterm_unwinds(fn: _F) -> _F:
+    """Make ``kill`` (SIGTERM) unwind ``fn`` like Ctrl-C does, so a prepare that is killed removes
+    its staging folder. Only in the main thread, and only if nobody installed a SIGTERM handler."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+            return fn(*args, **kwargs)
+        signal.signal(signal.SIGTERM, functools.partial(_exit_on_sigterm, os.getpid()))
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    return wrapper  # type: ignore[return-value]
+
+
+_STAGING_PREFIX = f"{nvmeta.META_DIR}.tmp-"
+_HOST = socket.gethostname().replace("-", "_")
+
+
+def _remove_dead_stagings(root: str) -> None:
+    """Remove staging folders left by a prepare on this host that was killed (SIGKILL, power loss).
+
+    A staging folder is named ``.nv-meta.tmp-<host>-<pid>-<random>``; one whose process is gone is
+    garbage. Folders of live processes, of other hosts (shared filesystems) or of unknown form stay.
+    """
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(_STAGING_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(_STAGING_PREFIX) :].rsplit("-", 2)
+        if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:
+            pass  # alive (another user's process) or unknowable: leave it
 
 
 def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
@@ -289,6 +351,7 @@ def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[Sh
     return iter(tqdm(items, total=total, unit="shard", desc="Indexing shards", file=sys.stderr))
 
 
+@_sigterm_unwinds
 def prepare(
     path: str,
     *,
