@@ -67,7 +67,8 @@ def _mix_array(x: np.ndarray) -> np.ndarray:
     x = x + np.uint64(0x9E3779B97F4A7C15)
     x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
+    out: np.ndarray = x ^ (x >> np.uint64(31))
+    return out
 
 
 class Permutation:
@@ -107,12 +108,13 @@ class Permutation:
         values = np.asarray(x, dtype=np.uint64)
         if values.size and int(values.max()) >= self.n:
             raise ConfigError(f"index out of range for a permutation of {self.n}")
-        y = step(values)
+        y: np.ndarray = step(values)
         out = y >= np.uint64(self.n)
         while out.any():
             y[out] = step(y[out])
             out = y >= np.uint64(self.n)
-        return y.astype(np.int64)
+        positions: np.ndarray = y.astype(np.int64)
+        return positions
 
     def __call__(self, slots: np.ndarray | Sequence[int]) -> np.ndarray:
         """Positions held by ``slots``."""
@@ -205,7 +207,7 @@ class WorkerPlan:
         while slot < self.hi:
             end = min(self.hi, slot + _SLOT_CHUNK)
             chunk = range(slot, end) if self.perm is None else self.perm(np.arange(slot, end, dtype=np.uint64)).tolist()
-            for s, pos in zip(range(slot, end), chunk):
+            for s, pos in zip(range(slot, end), chunk, strict=True):
                 if s not in skip:
                     yield int(pos)
             slot = end

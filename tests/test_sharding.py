@@ -68,7 +68,7 @@ def test_permutation_rejects_out_of_range() -> None:
 def test_worker_spans_are_disjoint_complete_balanced(n: int, count: int) -> None:
     spans = [worker_span(n, i, count) for i in range(count)]
     assert spans[0][0] == 0 and spans[-1][1] == n
-    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
     sizes = [hi - lo for lo, hi in spans]
     assert max(sizes) - min(sizes) <= 1
 
