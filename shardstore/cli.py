@@ -371,8 +371,8 @@ def check_command(
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        for problem in report.problems:
-            click.echo(f"problem: {problem}")
+        for found in report.problems:
+            click.echo(f"problem: {found}")
         checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
         if deep:
             checked += f", {_plural(report.parts, 'part')} (deep)"
