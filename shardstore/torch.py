@@ -110,7 +110,9 @@ class IterableDataset(_tud.IterableDataset):  # type: ignore[type-arg]
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Use the shuffle order of ``epoch`` from the next ``iter`` on (call it in the parent)."""
+        """Use the shuffle order of ``epoch`` from the next ``iter`` on. Call it in the parent before
+        iterating the DataLoader; workers made with ``persistent_workers=True`` keep the epoch they
+        were started with (they hold their own copy of this object)."""
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
