@@ -131,6 +131,6 @@ def test_ranges_tile_the_shard() -> None:
     ms = members(*specs)
     recs = list(group_samples(ms))
     assert len(recs) == 10
-    for prev, nxt in zip(recs, recs[1:]):
+    for prev, nxt in zip(recs, recs[1:], strict=False):
         assert prev.offset + prev.size == nxt.offset
     assert recs[-1].offset + recs[-1].size == ms[-1].end

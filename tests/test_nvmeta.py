@@ -123,7 +123,7 @@ def _reference_ratio(names: list[str], ratio: list[float], shuffle: bool) -> dic
         random.Random(42).shuffle(order)
     total = sum(ratio)
     out, cum, start = {}, 0.0, 0
-    for name, r in zip(("train", "val", "test"), ratio):
+    for name, r in zip(("train", "val", "test"), ratio, strict=True):
         cum += r / total
         end = int(len(order) * cum)
         out[name] = order[start:end]

@@ -489,7 +489,7 @@ def test_sample_types_match_energons_classes() -> None:
 
 def test_legacy_info_yaml_rewritten_like_energon(pair: tuple[Path, Path], tmp_path: Path) -> None:
     """A dataset that still has an old .info.yaml: both tools rewrite it with the new counts, same bytes."""
-    copies = [_copy(p, tmp_path / name) for p, name in zip(pair, ("ours", "peer"))]
+    copies = [_copy(p, tmp_path / name) for p, name in zip(pair, ("ours", "peer"), strict=True)]
     for c in copies:
         (c / ".nv-meta" / ".info.yaml").write_text("shard_counts:\n  stale.tar: 1\n")
     _shardstore(copies[0], "--force-overwrite", "--split-ratio", "1,0,0", "--exclude", "pax")

@@ -1,0 +1,34 @@
+-- index.sqlite as Energon 7.4 writes it (verified on megatron-energon 7.4.1), and as shardstore writes it.
+-- Rollback journal, never WAL (bytes 18-19 of the file = 1), fully committed, so readers may open it
+-- with mode=ro&immutable=1. The UNIQUE constraint on sample_key is the index for lookups by key.
+PRAGMA journal_mode = DELETE;
+CREATE TABLE samples (
+    tar_file_id INTEGER NOT NULL,      -- position of the shard in .info.json's shard_counts
+    sample_key TEXT NOT NULL UNIQUE,   -- member name up to the first dot of the basename, folders included
+    sample_index INTEGER NOT NULL,     -- position of the sample inside its shard, from 0
+    byte_offset INTEGER,               -- offset of the sample's first header (PAX/GNU extension header if any)
+    byte_size INTEGER                  -- up to the next sample's first header, or the end of the last member
+);
+CREATE TABLE sample_parts (
+    tar_file_id INTEGER,               -- as in samples
+    sample_index INTEGER,              -- as in samples
+    part_name TEXT,                    -- member name after the key's dot: "jpg", "seg.png", ...
+    content_byte_offset INTEGER,       -- offset of the member's data (after its header)
+    content_byte_size INTEGER          -- size of the member's data
+);
+CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);
+CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);
+CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size);
+-- Optional: written by `energon prepare --media-metadata-by-...` only.
+CREATE TABLE media_metadata (
+    entry_key TEXT PRIMARY KEY,        -- member name, key.part
+    metadata_type TEXT NOT NULL,       -- kind of media metadata (image, video, audio, ...)
+    metadata_json TEXT NOT NULL        -- the metadata as JSON
+);
+CREATE TABLE media_filters (
+    filter_id INTEGER PRIMARY KEY AUTOINCREMENT,   -- row id
+    strategy TEXT NOT NULL,                        -- how media were detected (glob, header, extension)
+    patterns TEXT,                                 -- comma-separated patterns of the glob strategy
+    created_at_utc TEXT DEFAULT CURRENT_TIMESTAMP, -- when the filter was recorded
+    UNIQUE(strategy, patterns)
+);
