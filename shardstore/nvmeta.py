@@ -43,6 +43,8 @@ __all__ = [
     "splits_bytes",
     "read_dataset_yaml",
     "dataset_yaml_bytes",
+    "sample_loader_template",
+    "SAMPLE_LOADER_PY",
     "new_uuid",
     "dataset_kind",
     "tar_idx_path",
@@ -56,6 +58,8 @@ SPLIT_YAML = "split.yaml"
 DATASET_YAML = "dataset.yaml"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
+#: The module a ``dataset.yaml`` without a field map points at (``sample_loader``, ``part_filter``).
+SAMPLE_LOADER_PY = "sample_loader.py"
 #: The Energon release whose format shardstore writes; recorded in ``.info.json``.
 ENERGON_COMPAT_VERSION = "7.4.1"
 
@@ -257,7 +261,28 @@ def dataset_yaml_bytes(sample_type: str, field_map: dict[str, str] | None) -> by
         definition = {"sample_type": {"__module__": "megatron.energon", "__class__": sample_type}}
         if field_map is not None:
             definition["field_map"] = dict(field_map)
+        else:  # as `energon prepare` without a field map: a module in .nv-meta maps the parts
+            definition["sample_loader"] = f"{SAMPLE_LOADER_PY}:sample_loader"
+            definition["part_filter"] = f"{SAMPLE_LOADER_PY}:part_filter"
     return yaml.dump(definition, sort_keys=False).encode()
+
+
+def sample_loader_template(sample_type: str, parts: Sequence[str]) -> bytes:
+    """A ``sample_loader.py`` to edit, for a ``dataset.yaml`` with a sample type but no field map."""
+    fields = "".join(
+        f'        {name}=raw["TODO"],  # {"required" if required else "optional"}\n'
+        for name, required in SAMPLE_TYPES[sample_type]
+    )
+    return (
+        f"# Written by `shardstore prepare` for {sample_type} (no --field-map was given).\n"
+        "# Edit sample_loader to build the sample's fields from the parts of a raw sample.\n\n\n"
+        "def sample_loader(raw: dict) -> dict:\n"
+        '    """``raw`` maps part names (such as "jpg" or "txt") to their decoded contents."""\n'
+        f"    return dict(\n{fields}    )\n\n\n"
+        "def part_filter(part: str) -> bool:\n"
+        '    """The parts to read and decode; drop those sample_loader does not use."""\n'
+        f"    return part in {tuple(parts)!r}\n"
+    ).encode()
 
 
 def new_uuid() -> bytes:

@@ -452,6 +452,9 @@ def prepare(
         if wrote_yaml:
             assert sample_type is not None
             staging.write(nvmeta.DATASET_YAML, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
+            loader = f"{nvmeta.META_DIR}/{nvmeta.SAMPLE_LOADER_PY}"
+            if sample_type != "CrudeWebdataset" and field_map is None and not storage.exists(loader):
+                staging.write(nvmeta.SAMPLE_LOADER_PY, nvmeta.sample_loader_template(sample_type, sorted(part_names)))
         staging.carry_over(keep_dataset_yaml=not wrote_yaml)
         staging.commit()
     except BaseException:

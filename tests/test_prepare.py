@@ -225,6 +225,26 @@ def test_dataset_yaml_per_sample_type(ds: Path, sample_type: str, field_map: obj
     assert report.sample_type == sample_type
 
 
+def test_sample_type_without_field_map_writes_a_sample_loader(ds: Path) -> None:
+    """As `energon prepare --sample-type X` without --field-map: dataset.yaml points at a template
+    sample_loader.py to edit (a dataset.yaml with neither would not load in Energon)."""
+    shardstore.prepare(str(ds), split_ratio="8,1,1", sample_type="CaptioningSample", num_workers=1)
+    nv = ds / ".nv-meta"
+    assert yaml.safe_load((nv / "dataset.yaml").read_bytes()) == {
+        "sample_type": {"__module__": "megatron.energon", "__class__": "CaptioningSample"},
+        "sample_loader": "sample_loader.py:sample_loader",
+        "part_filter": "sample_loader.py:part_filter",
+    }
+    namespace: dict = {}
+    exec(compile((nv / "sample_loader.py").read_text(), "sample_loader.py", "exec"), namespace)
+    assert namespace["part_filter"]("jpg") and namespace["part_filter"]("json") and not namespace["part_filter"]("x")
+    assert namespace["sample_loader"]({"TODO": 1}) == {"image": 1, "caption": 1}
+    # an edited loader survives the next prepare
+    (nv / "sample_loader.py").write_text("def sample_loader(raw): return raw\ndef part_filter(p): return True\n")
+    shardstore.prepare(str(ds), split_ratio="8,1,1", sample_type="CaptioningSample", force_overwrite=True, num_workers=1)
+    assert (nv / "sample_loader.py").read_text().startswith("def sample_loader(raw): return raw")
+
+
 def test_unknown_sample_type_and_bad_field_map(ds: Path) -> None:
     with pytest.raises(ConfigError, match="unknown sample type"):
         shardstore.prepare(str(ds), split_ratio="8,1,1", sample_type="Nope")

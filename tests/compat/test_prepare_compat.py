@@ -325,8 +325,9 @@ def test_no_leftovers(pair: tuple[Path, Path]) -> None:
     [
         ("--split-parts", "train:parts/data-.*", "--split-parts", "val:parts/(gnu|pax)-.*", "--skip-dataset-yaml"),
         ("--split-ratio", "1,1,1", "--shuffle-tars", "--exclude", "gnu", "--sample-type", "CrudeWebdataset"),
+        ("--split-ratio", "8,1,1", "--sample-type", "VQASample"),  # no field map: a sample_loader.py to edit
     ],
-    ids=["split-parts", "shuffle-exclude-crude"],
+    ids=["split-parts", "shuffle-exclude-crude", "sample-loader"],
 )
 def test_flag_variants(source: Path, tmp_path: Path, args: tuple[str, ...]) -> None:
     ours = _copy(source, tmp_path / "shardstore")
@@ -342,6 +343,8 @@ def test_flag_variants(source: Path, tmp_path: Path, args: tuple[str, ...]) -> N
     assert has_yaml == (ours / ".nv-meta" / "dataset.yaml").exists()
     if has_yaml:
         assert _meta(ours, "dataset.yaml") == _meta(theirs, "dataset.yaml")
+    has_loader = (theirs / ".nv-meta" / "sample_loader.py").exists()  # our own template text, same names
+    assert has_loader == (ours / ".nv-meta" / "sample_loader.py").exists() == ("VQASample" in args)
 
 
 def test_tar_index_only_matches_energon(pair: tuple[Path, Path], tmp_path: Path) -> None:
