@@ -8,8 +8,12 @@ concurrently, the one trick that matters for S3 latency.
 
 from __future__ import annotations
 
+import builtins
+import errno
 import os
 import random
+import shutil
+import stat as stat_module
 import tempfile
 import threading
 import time
@@ -35,9 +39,11 @@ __all__ = [
 
 #: Ranges closer than this are read as one request (the gap is read and dropped).
 MERGE_GAP = 64 * 1024
-#: fsspec protocol -> extra that provides it, for a helpful error when it is missing.
+#: The same for remote storage: a request costs tens of ms, about what 1 MiB more of data costs.
+REMOTE_MERGE_GAP = 1 << 20
 _UMASK = os.umask(0o22)
 os.umask(_UMASK)
+#: fsspec protocol -> extra that provides it, for a helpful error when it is missing.
 _PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}
 
 
@@ -47,6 +53,10 @@ class ByteRange:
 
     offset: int
     size: int
+
+    def __post_init__(self) -> None:
+        if self.offset < 0 or self.size < 0:
+            raise ValueError(f"invalid byte range: offset {self.offset}, size {self.size}")
 
     @property
     def end(self) -> int:
@@ -70,8 +80,9 @@ def merge_ranges(ranges: Sequence[ByteRange], gap: int = MERGE_GAP) -> list[tupl
         r = ranges[i]
         if merged and r.offset <= merged[-1][0].end + gap:
             cover, members = merged[-1]
-            end = max(cover.end, r.end)
-            merged[-1] = (ByteRange(cover.offset, end - cover.offset), members + [i])
+            members.append(i)
+            if r.end > cover.end:
+                merged[-1] = (ByteRange(cover.offset, r.end - cover.offset), members)
         else:
             merged.append((r, [i]))
     return merged
@@ -127,6 +138,11 @@ class Storage(ABC):
         """A local filesystem path for ``path`` if the storage is local, else None."""
         return None
 
+    def read_at(self, path: str, offset: int, size: int) -> bytes:
+        """``read_range(path, ByteRange(offset, size))``, for per-sample hot paths that would
+        otherwise build a ``ByteRange`` only to take it apart again."""
+        return self.read_range(path, ByteRange(offset, size))
+
     def size(self, path: str) -> int:
         return self.stat(path).size
 
@@ -134,11 +150,14 @@ class Storage(ABC):
         """A whole (small) file, e.g. an index or YAML file."""
         return self.read_range(path, ByteRange(0, self.size(path)))
 
-    def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 16) -> list[bytes]:
+    #: Ranges of one file closer than this are fetched by one read.
+    merge_gap = MERGE_GAP
+
+    def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 16) -> builtins.list[bytes]:
         """Many ranges, possibly of many files; results in the order asked.
 
-        Neighbouring ranges of one file are merged into one read; the merged reads run
-        concurrently on a thread pool.
+        Neighbouring ranges of one file (closer than ``merge_gap``) are merged into one read;
+        the merged reads run concurrently. Raises ``StorageError`` if any read fails.
         """
         by_path: dict[str, list[int]] = {}
         for i, (path, _) in enumerate(requests):
@@ -146,24 +165,22 @@ class Storage(ABC):
         jobs: list[tuple[str, ByteRange, list[int]]] = []
         for path, idxs in by_path.items():
             ranges = [requests[i][1] for i in idxs]
-            for cover, members in merge_ranges(ranges):
+            for cover, members in merge_ranges(ranges, self.merge_gap):
                 jobs.append((path, cover, [idxs[m] for m in members]))
+        datas = self._read_merged([(path, cover) for path, cover, _ in jobs], max_workers)
         out: list[bytes] = [b""] * len(requests)
-
-        def run(job: tuple[str, ByteRange, list[int]]) -> None:
-            path, cover, members = job
-            data = self.read_range(path, cover) if cover.size else b""
+        for (_, cover, members), data in zip(jobs, datas, strict=True):
             for i in members:
                 r = requests[i][1]
                 out[i] = data[r.offset - cover.offset : r.end - cover.offset]
-
-        if len(jobs) <= 1:
-            for job in jobs:
-                run(job)
-        else:
-            with ThreadPoolExecutor(min(max_workers, len(jobs))) as pool:
-                list(pool.map(run, jobs))
         return out
+
+    def _read_merged(self, reads: Sequence[tuple[str, ByteRange]], max_workers: int) -> builtins.list[bytes]:
+        """The data of each (path, range), read concurrently on a thread pool."""
+        if len(reads) <= 1:
+            return [self.read_range(path, rng) for path, rng in reads]
+        with ThreadPoolExecutor(min(max_workers, len(reads))) as pool:
+            return list(pool.map(lambda job: self.read_range(*job), reads))
 
 
 class LocalStorage(Storage):
@@ -212,20 +229,38 @@ class LocalStorage(Storage):
                 os.close(fd)
             self._fds.clear()
 
+    def _forget(self, path: str) -> None:
+        """Close the cached descriptor of ``path``: it is being replaced or removed."""
+        if self._pid != os.getpid():
+            return
+        with self._lock:
+            fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
     def stat(self, path: str) -> FileStat:
         try:
             st = os.stat(self._abs(path))
         except FileNotFoundError:
             raise _not_found(self._abs(path)) from None
+        if stat_module.S_ISDIR(st.st_mode):
+            raise _not_found(self._abs(path))
         return FileStat(size=st.st_size, mtime=st.st_mtime)
 
     def read_range(self, path: str, rng: ByteRange) -> bytes:
-        data = os.pread(self._fd(path), rng.size, rng.offset)
-        if len(data) != rng.size:
+        return self.read_at(path, rng.offset, rng.size)
+
+    def read_at(self, path: str, offset: int, size: int) -> bytes:
+        fd = self._fd(path)
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as e:
+            raise StorageError(f"read of {size} bytes failed: {e.strerror}", path=self._abs(path), offset=offset) from e
+        if len(data) != size:
             raise StorageError(
-                f"short read: wanted {rng.size} bytes, file ends after {len(data)} (truncated since prepare?)",
+                f"short read: wanted {size} bytes, file ends after {len(data)} (truncated since prepare?)",
                 path=self._abs(path),
-                offset=rng.offset,
+                offset=offset,
             )
         return data
 
@@ -237,7 +272,7 @@ class LocalStorage(Storage):
             for name in filenames:
                 if not suffixes or name.endswith(suffixes):
                     found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
-        return found
+        return sorted(found)
 
     def open(self, path: str) -> IO[bytes]:
         try:
@@ -249,12 +284,14 @@ class LocalStorage(Storage):
         return os.path.isfile(self._abs(path))
 
     def remove(self, path: str) -> None:
+        self._forget(path)
         try:
             os.unlink(self._abs(path))
         except FileNotFoundError:
             pass
 
     def write_atomic(self, path: str, data: bytes) -> None:
+        self._forget(path)
         target = self._abs(path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-", suffix="-" + os.path.basename(target))
@@ -268,9 +305,24 @@ class LocalStorage(Storage):
             raise
 
     def put_file(self, local_path: str, path: str) -> None:
+        """Move ``local_path`` into place (the local file is consumed, as by ``FsspecStorage``)."""
+        self._forget(path)
         target = self._abs(path)
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.replace(local_path, target)
+        try:
+            os.replace(local_path, target)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise StorageError(f"cannot move {local_path} into place: {e.strerror}", path=target) from e
+            # another filesystem: copy beside the target, then rename (still atomic for readers)
+            tmp = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
+            try:
+                shutil.copyfile(local_path, tmp)
+                os.replace(tmp, target)
+            except BaseException:
+                _unlink_quiet(tmp)
+                raise
+            os.unlink(local_path)
 
 
 def _unlink_quiet(path: str) -> None:
@@ -289,15 +341,18 @@ def _not_found(path: str) -> StorageError:
 class FsspecStorage(Storage):
     """Any fsspec filesystem (S3 first of all). Reads are range requests, retried with backoff."""
 
-    #: Attempts per request before giving up on a transient error.
+    #: Attempts per request before giving up on a transient error (on top of the client's own retries).
     retries = 5
+    #: First wait between attempts, in seconds; doubled (with jitter) after each failure.
+    backoff = 0.05
+    merge_gap = REMOTE_MERGE_GAP
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
         import fsspec
 
         protocol = root.split("://", 1)[0]
         try:
-            self.fs = fsspec.filesystem(protocol, **(storage_options or {}))
+            self.fs = fsspec.filesystem(protocol, **_client_options(protocol, storage_options or {}))
         except ImportError as e:
             extra = _PROTOCOL_EXTRAS.get(protocol, protocol)
             raise MissingExtraError(
@@ -318,15 +373,22 @@ class FsspecStorage(Storage):
         return f"{self._prefix}/{path}" if path else self._prefix
 
     def _retry(self, what: str, path: str, fn: Callable[[], Any], offset: int | None = None) -> Any:
-        delay = 0.05
-        for attempt in range(self.retries):
+        """``fn()``, retried with exponential backoff on transient errors; errors name ``path`` and ``what``."""
+        delay = self.backoff
+        for attempt in range(1, self.retries + 1):
             try:
                 return fn()
             except FileNotFoundError:
-                raise _not_found(self.url(path)) from None
+                err = StorageError(f"{what}: no such object", path=self.url(path), offset=offset)
+                err.errno = errno.ENOENT
+                raise err from None
             except Exception as e:  # noqa: BLE001 - classify below
-                if not _transient(e) or attempt == self.retries - 1:
-                    raise StorageError(f"{what} failed: {type(e).__name__}: {e}", path=self.url(path), offset=offset) from e
+                if not _transient(e):
+                    raise StorageError(f"{what} failed: {_describe(e)}", path=self.url(path), offset=offset) from e
+                if attempt == self.retries:
+                    raise StorageError(
+                        f"{what} failed after {attempt} attempts: {_describe(e)}", path=self.url(path), offset=offset
+                    ) from e
                 time.sleep(delay * (1 + random.random()))
                 delay *= 2
         raise AssertionError("unreachable")
@@ -335,8 +397,8 @@ class FsspecStorage(Storage):
         info = self._retry("stat", path, lambda: self.fs.info(self._full(path)))
         if info.get("type") == "directory":
             raise _not_found(self.url(path))
-        etag = info.get("ETag") or info.get("etag")
-        return FileStat(size=int(info["size"]), etag=str(etag).strip('"') if etag else None)
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"')
+        return FileStat(size=int(info["size"]), mtime=_info_mtime(info), etag=etag or None)
 
     def read_range(self, path: str, rng: ByteRange) -> bytes:
         if rng.size == 0:  # a zero-length range request is ambiguous across servers: skip it
@@ -349,7 +411,8 @@ class FsspecStorage(Storage):
         )
         if len(data) != rng.size:
             raise StorageError(
-                f"short read: wanted {rng.size} bytes, got {len(data)} (object changed since prepare?)",
+                f"short read of bytes {rng.offset}-{rng.end - 1}: got {len(data)} of {rng.size} bytes "
+                "(object truncated or replaced since prepare?)",
                 path=self.url(path),
                 offset=rng.offset,
             )
@@ -357,6 +420,28 @@ class FsspecStorage(Storage):
 
     def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 32) -> list[bytes]:
         return super().read_ranges(requests, max_workers=max_workers)
+
+    def _read_merged(self, reads: Sequence[tuple[str, ByteRange]], max_workers: int) -> builtins.list[bytes]:
+        """All ranges at once on the filesystem's event loop (s3fs: concurrent range GETs).
+
+        A range that fails or comes back short is read again through ``read_range``, which
+        retries transient errors with backoff and raises the error that names object and range.
+        """
+        todo = [i for i, (_, rng) in enumerate(reads) if rng.size]
+        if len(todo) <= 1 or not getattr(self.fs, "async_impl", False):
+            return super()._read_merged(reads, max_workers)
+        results = self.fs.cat_ranges(
+            [self._full(reads[i][0]) for i in todo],
+            [reads[i][1].offset for i in todo],
+            [reads[i][1].end for i in todo],
+            on_error="return",
+        )
+        out = [b""] * len(reads)
+        for i, res in zip(todo, results, strict=True):
+            path, rng = reads[i]
+            ok = isinstance(res, bytes) and len(res) == rng.size
+            out[i] = res if ok else self.read_range(path, rng)
+        return out
 
     def list(self, suffixes: tuple[str, ...] = ()) -> list[str]:
         found = self._retry("listing", "", lambda: self.fs.find(self._prefix))
@@ -367,7 +452,7 @@ class FsspecStorage(Storage):
                 continue
             if not suffixes or rel.endswith(suffixes):
                 out.append(rel)
-        return out
+        return sorted(out)
 
     def open(self, path: str) -> IO[bytes]:
         f: IO[bytes] = self._retry("open", path, lambda: self.fs.open(self._full(path), "rb", block_size=8 << 20))
@@ -377,8 +462,12 @@ class FsspecStorage(Storage):
         return bool(self._retry("exists", path, lambda: self.fs.isfile(self._full(path))))
 
     def remove(self, path: str) -> None:
-        if self.exists(path):
+        try:
             self._retry("delete", path, lambda: self.fs.rm_file(self._full(path)))
+        except StorageError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        self.fs.invalidate_cache(self._full(path))
 
     def write_atomic(self, path: str, data: bytes) -> None:
         # A single PUT is atomic on object stores: readers see the old or the new object.
@@ -391,13 +480,90 @@ class FsspecStorage(Storage):
         os.unlink(local_path)
 
 
+def _info_mtime(info: dict[str, Any]) -> float | None:
+    """Modification time from an fsspec ``info()`` dict (s3fs: ``LastModified``), or None."""
+    value = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    timestamp = getattr(value, "timestamp", None)
+    if callable(timestamp):
+        return float(timestamp())
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+#: Exception class names (anywhere in the cause chain) that mean "try again": dropped or refused
+#: connections and timeouts of aiohttp, botocore and the standard library.
+_TRANSIENT_NAMES = (
+    "ServerDisconnected", "ClientConnector", "ClientOSError", "ClientPayloadError", "ConnectionClosed",
+    "EndpointConnection", "ReadTimeout", "ConnectTimeout", "ResponseStreaming", "IncompleteRead", "ProtocolError",
+)
+#: S3 error codes that mean "try again".
+_TRANSIENT_CODES = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException")
+#: errno values s3fs gives 5xx answers (EBUSY: 503/SlowDown, EREMOTEIO: 500/InternalError).
+_TRANSIENT_ERRNOS = frozenset({errno.EBUSY, getattr(errno, "EREMOTEIO", errno.EIO), errno.ECONNRESET, errno.ETIMEDOUT})
+
+
+def _chain(e: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield cur
+        cur = cur.__cause__ or cur.__context__
+
+
 def _transient(e: BaseException) -> bool:
-    """Errors worth retrying: connection problems and 5xx/throttling answers."""
-    if isinstance(e, (ConnectionError, TimeoutError)):
-        return True
-    text = f"{type(e).__name__} {e}"
-    markers = ("500", "502", "503", "504", "SlowDown", "Throttl", "ServerDisconnected", "Connection", "reset", "Timeout")
-    return any(m in text for m in markers)
+    """Errors worth retrying: dropped connections, timeouts, 5xx and throttling answers.
+
+    Not-found, permission and invalid-range errors are not: retrying cannot fix them.
+    """
+    for err in _chain(e):
+        if isinstance(err, (FileNotFoundError, PermissionError)):
+            return False
+        if isinstance(err, (ConnectionError, TimeoutError)):
+            return True
+        if any(n in type(err).__name__ for n in _TRANSIENT_NAMES):
+            return True
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+            code = response.get("Error", {}).get("Code", "")
+            if int(status) >= 500 or int(status) == 429 or code in _TRANSIENT_CODES:
+                return True
+        if isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNOS:
+            return True
+    return False
+
+
+def _describe(e: BaseException) -> str:
+    """A short cause for messages: the exception type and text (or the S3 error code)."""
+    if isinstance(e, OSError) and e.errno == errno.EINVAL and "range" in str(e).lower():
+        return f"range not satisfiable: the object is shorter than that (truncated or replaced since prepare?) [{e}]"
+    return f"{type(e).__name__}: {e}"
+
+
+def _client_options(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options given, plus shardstore's defaults for S3 (only where the caller set nothing).
+
+    - ``use_listings_cache=False``: every ``exists``/``stat`` asks the server, so a shard
+      replaced since the last listing is seen (stale-index checks depend on it).
+    - ``max_pool_connections=64``: ``read_ranges`` issues many range GETs at once; botocore's
+      default pool of 10 would queue them.
+    - ``response_checksum_validation="when_required"``: range reads carry no whole-object
+      checksum on AWS, but some S3-compatible servers send the whole object's checksum with a
+      ranged answer, which botocore >= 1.36 then rejects; shardstore checks its data itself.
+    """
+    if protocol not in ("s3", "s3a"):
+        return options
+    out = dict(options)
+    out.setdefault("use_listings_cache", False)
+    config = dict(out.get("config_kwargs") or {})
+    config.setdefault("max_pool_connections", 64)
+    if "AWS_RESPONSE_CHECKSUM_VALIDATION" not in os.environ:
+        config.setdefault("response_checksum_validation", "when_required")
+    out["config_kwargs"] = config
+    return out
 
 
 def open_storage(url: str, storage_options: dict[str, Any] | None = None) -> Storage:

@@ -1,0 +1,199 @@
+"""``FsspecStorage`` over S3 against the shared conformance suite, on rclone and on moto.
+
+rclone (the suite's server) answers range GETs with 200 + Content-Range; moto answers 206 and
+uses AWS's error codes: the same assertions must hold on both. Then what only S3 has: the
+client defaults shardstore sets, transient faults (through a real fault-injecting proxy) and
+their retry with backoff.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from storage_conformance import MakeStorage, StorageTests
+
+from shardstore.errors import StorageError
+from shardstore.storage import ByteRange, FsspecStorage, open_storage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from delayproxy import DelayProxy  # noqa: E402
+
+pytestmark = pytest.mark.s3
+_counter = itertools.count()
+
+
+def _maker(server: Any, bucket: str) -> MakeStorage:
+    fs = server.filesystem()
+
+    def make(files: dict[str, bytes]) -> FsspecStorage:
+        prefix = f"{bucket}/conf-{next(_counter)}-{time.monotonic_ns()}"
+        if files:
+            fs.pipe({f"{prefix}/{name}": data for name, data in files.items()})
+        storage = open_storage(f"s3://{prefix}", server.storage_options())
+        assert isinstance(storage, FsspecStorage)
+        return storage
+
+    return make
+
+
+class TestS3StorageRclone(StorageTests):
+    @pytest.fixture
+    def make_storage(self, s3_server: Any) -> MakeStorage:
+        return _maker(s3_server, "shardstore-test")
+
+    def test_no_local_path(self, storage: FsspecStorage) -> None:
+        assert storage.local_path("a.tar") is None
+        assert storage.url("a.tar").startswith("s3://shardstore-test/")
+
+    def test_etag_is_the_md5_of_a_single_put(self, storage: FsspecStorage) -> None:
+        import hashlib
+
+        from storage_conformance import DATA
+
+        assert storage.stat("a.tar").etag == hashlib.md5(DATA).hexdigest()
+
+
+class TestS3StorageMoto(StorageTests):
+    @pytest.fixture
+    def make_storage(self, moto_server: Any) -> MakeStorage:
+        return _maker(moto_server, "shardstore-test")
+
+
+# ----- client defaults -------------------------------------------------------------------------------
+def test_client_defaults_do_not_override_the_callers(s3_server: Any) -> None:
+    storage = FsspecStorage("s3://shardstore-test/x", s3_server.storage_options())
+    config = storage.fs.config_kwargs if hasattr(storage.fs, "config_kwargs") else {}
+    assert config["max_pool_connections"] == 64
+    assert config["response_checksum_validation"] == "when_required"
+    mine = s3_server.storage_options()
+    mine["config_kwargs"]["max_pool_connections"] = 7
+    storage = FsspecStorage("s3://shardstore-test/x", mine)
+    assert storage.fs.config_kwargs["max_pool_connections"] == 7
+    assert storage.storage_options == mine  # what is pickled to workers: the caller's options
+
+
+def test_reads_objects_uploaded_with_checksums(s3_server: Any, s3_url: Any) -> None:
+    """boto3 >= 1.36 uploads with a CRC32 that rclone sends back with every ranged GET; with
+    botocore's default validation every range read of such an object fails."""
+    import s3fs
+
+    opts = s3_server.storage_options()
+    del opts["config_kwargs"]  # a plain client: checksums on upload, validation on download
+    url = s3_url("crc")
+    s3fs.S3FileSystem(**opts, skip_instance_cache=True).pipe_file(url[5:] + "/obj.bin", b"0123456789" * 100)
+    storage = open_storage(url, opts)
+    assert storage.read_range("obj.bin", ByteRange(5, 10)) == b"5678901234"
+
+
+def test_sees_objects_replaced_by_another_client(s3_server: Any, s3_url: Any, s3fs_client: Any) -> None:
+    """No listing cache: a stat after someone else's upload sees the new size at once."""
+    url = s3_url("other")
+    key = url[5:] + "/shard.tar"
+    s3fs_client.pipe_file(key, b"x" * 100)
+    storage = open_storage(url, s3_server.storage_options())
+    assert storage.list() == ["shard.tar"]
+    assert storage.stat("shard.tar").size == 100
+    s3fs_client.pipe_file(key, b"x" * 50)
+    s3fs_client.pipe_file(url[5:] + "/second.tar", b"y")
+    assert storage.stat("shard.tar").size == 50
+    assert storage.list() == ["second.tar", "shard.tar"]
+
+
+# ----- transient faults, for real: a proxy resets connections or answers 503 -------------------------
+@pytest.fixture
+def faulty(s3_server: Any, s3_url: Any) -> Iterator[tuple[DelayProxy, FsspecStorage]]:
+    """A storage whose requests go through a fault-injecting proxy, with the client's own retries
+    turned off so that shardstore's retry is what is tested."""
+    url = s3_url("faults")
+    s3_server.filesystem().pipe_file(url[5:] + "/obj.bin", bytes(range(256)) * 64)
+    with DelayProxy(s3_server.endpoint) as proxy:
+        opts = s3_server.storage_options(proxy.endpoint)
+        opts["config_kwargs"]["retries"] = {"total_max_attempts": 1}
+        opts["skip_instance_cache"] = True
+        storage = FsspecStorage(url, opts)
+        storage.fs.retries = 1  # s3fs's own retry loop
+        yield proxy, storage
+
+
+@pytest.fixture
+def backoffs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits shardstore's retry loop makes (recorded, then really waited)."""
+    import shardstore.storage as storage_module
+
+    waits: list[float] = []
+    real_sleep = time.sleep
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(storage_module.time, "sleep", sleep)
+    return waits
+
+
+@pytest.mark.parametrize("fault", ["reset", 503, 500])
+def test_transient_faults_are_retried_with_backoff(
+    faulty: tuple[DelayProxy, FsspecStorage], fault: Any, backoffs: list[float]
+) -> None:
+    proxy, storage = faulty
+    storage.read_range("obj.bin", ByteRange(0, 1))  # warm the connection pool
+    proxy.reset_counts()
+    proxy.inject(fault, 3)
+    assert storage.read_range("obj.bin", ByteRange(1000, 24)) == (bytes(range(256)) * 64)[1000:1024]
+    gets = [r for r in proxy.requests if r.method == "GET"]
+    assert [r.faulted for r in gets] == [str(fault)] * 3 + [None]
+    assert all(r.range == "bytes=1000-1023" for r in gets)
+    # aiohttp itself retries a request once when a reused keep-alive connection is reset
+    assert len(backoffs) == 3 if fault != "reset" else 1 <= len(backoffs) <= 3
+    assert backoffs == sorted(backoffs) and backoffs[0] >= storage.backoff
+    if len(backoffs) == 3:
+        assert backoffs[2] >= 4 * storage.backoff  # exponential
+
+
+@pytest.mark.parametrize("fault", ["reset", 503])
+def test_persistent_faults_fail_naming_object_and_range(faulty: tuple[DelayProxy, FsspecStorage], fault: Any) -> None:
+    proxy, storage = faulty
+    proxy.inject(fault, 100)
+    with pytest.raises(StorageError) as info:
+        storage.read_range("obj.bin", ByteRange(4096, 100))
+    msg = str(info.value)
+    assert "obj.bin" in msg and "bytes 4096-4195" in msg and f"after {storage.retries} attempts" in msg
+    assert info.value.offset == 4096
+
+
+def test_read_ranges_retries_only_the_failed_ranges(faulty: tuple[DelayProxy, FsspecStorage]) -> None:
+    proxy, storage = faulty
+    data = bytes(range(256)) * 64
+    storage.read_range("obj.bin", ByteRange(0, 1))
+    storage.merge_gap = 0  # one GET per range
+    proxy.reset_counts()
+    proxy.inject(503, 2)
+    ranges = [ByteRange(i * 1000, 10) for i in range(12)]
+    assert storage.read_ranges([("obj.bin", r) for r in ranges]) == [data[r.offset : r.end] for r in ranges]
+    assert proxy.count("GET") == 12 + 2
+
+
+def test_not_found_is_not_retried(faulty: tuple[DelayProxy, FsspecStorage]) -> None:
+    proxy, storage = faulty
+    proxy.reset_counts()
+    with pytest.raises(StorageError) as info:
+        storage.read_range("nope.bin", ByteRange(0, 10))
+    assert "no such object" in str(info.value) and "nope.bin" in str(info.value)
+    assert proxy.count("GET") == 1
+
+
+def test_default_client_retries_absorb_short_outages(s3_server: Any, s3_url: Any) -> None:
+    """With the client's default retries on, a couple of 503s never reach shardstore at all."""
+    url = s3_url("defaults")
+    s3_server.filesystem().pipe_file(url[5:] + "/obj.bin", b"z" * 100)
+    with DelayProxy(s3_server.endpoint) as proxy:
+        storage = FsspecStorage(url, {**s3_server.storage_options(proxy.endpoint), "skip_instance_cache": True})
+        proxy.inject(503, 2)
+        assert storage.read_range("obj.bin", ByteRange(0, 10)) == b"z" * 10
+        assert proxy.count("GET") == 3

