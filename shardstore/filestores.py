@@ -306,7 +306,7 @@ class FolderStore(FileStore):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):  # a folder opens read-only too
                 return None
-            chunks = []
+            chunks: list[bytes] = []
             offset = 0
             while True:  # to the end, even if the file grew since fstat
                 chunk = os.pread(fd, max(st.st_size - offset, 1 << 16), offset)

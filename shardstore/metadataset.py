@@ -29,7 +29,6 @@ import math
 import os
 import posixpath
 import re
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +42,7 @@ from .dataset import Dataset
 from .errors import AuxNotFoundError, ConfigError, ShardstoreError
 from .filestores import FileStore, FolderStore, IndexedTarStore
 from .samples import Sample
+from .sharding import WorkerPlan, global_worker, plan_for, resolve_worker
 from .storage import is_remote_url, open_storage
 
 __all__ = [
@@ -208,6 +208,7 @@ def _parse_subset(raw: Any, where: _Where) -> Subset:
         return pct / 100.0
 
     a, b = conv(rng[0], False), conv(rng[1], True)
+    assert a is not None  # only an end may be 'end'
     if isinstance(a, int):
         if not (isinstance(b, int) or b is None):
             raise w.error("an absolute range needs an integer (or 'end') as its end")
@@ -632,6 +633,7 @@ class MetaSample(Sample):
     or ``"0"``, ``"1"``... for a list) holds that dataset's sample, or None where ``nonmatch: none``."""
 
     __slots__ = ("aux",)
+    aux: AuxStores
 
     @property
     def source(self) -> str:
@@ -661,25 +663,6 @@ def _open_aux(ref: _AuxRef, storage_options: dict[str, Any] | None) -> FileStore
         return IndexedTarStore(ref.url, storage_options=storage_options)
     except ShardstoreError as e:
         raise where.error(f"aux dataset {ref.url} cannot be opened: {e}") from e
-
-
-def _excluded_positions(ds: Dataset) -> list[int]:
-    """Positions of the split's samples that split.yaml excludes (they keep their slot, as in Energon)."""
-    if not ds.excluded:
-        return []
-    starts: dict[str, tuple[int, int]] = {}
-    acc = 0
-    for shard in ds.shards:
-        starts[shard.name] = (shard.tar_file_id, acc)
-        acc += shard.count
-    out = []
-    for entry in ds.excluded:
-        for name, (tid, start) in starts.items():
-            if entry.startswith(name + "/"):
-                loc = ds.index.locate(entry[len(name) + 1 :])
-                if loc is not None and loc.tar_file_id == tid:
-                    out.append(start + loc.sample_index)
-    return sorted(out)
 
 
 def _reader_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -781,7 +764,7 @@ class Source:
             total = len(self.join)
         self.total = total
         self.start, self.end = (spec.subset or Subset()).apply(total, spec.where)
-        excluded = _excluded_positions(self.dataset) if self.join is None else []
+        excluded = self.dataset.excluded_positions() if self.join is None else []
         self.skipped = [p - self.start for p in excluded if self.start <= p < self.end]
         self.aux = AuxStores({a.name: _open_aux(a, storage_options) for a in spec.aux}, spec.where)
 
@@ -836,20 +819,9 @@ class Source:
 
 
 # ----- blending -----------------------------------------------------------------------------------
-def _resolve_worker(worker_id: int | None, num_workers: int | None) -> tuple[int, int]:
-    """Worker id and count; from torch's DataLoader worker info if torch is already imported."""
-    if worker_id is not None and num_workers is not None:
-        return worker_id, num_workers
-    torch = sys.modules.get("torch")
-    info = torch.utils.data.get_worker_info() if torch is not None and hasattr(torch, "utils") else None
-    if info is not None:
-        return (info.id if worker_id is None else worker_id), (info.num_workers if num_workers is None else num_workers)
-    return (0 if worker_id is None else worker_id), (1 if num_workers is None else num_workers)
-
-
 @dataclass(frozen=True)
 class _Reader:
-    """One reader among all ranks x workers: global index and count, and the seed."""
+    """One reader among all ranks x workers (``sharding``'s numbering): index, count and seed."""
 
     index: int
     count: int
@@ -857,50 +829,40 @@ class _Reader:
     shuffle: bool
 
     @classmethod
-    def make(cls, seed: int, shuffle: bool, rank: int, world_size: int, worker_id: int | None, num_workers: int | None) -> _Reader:
-        worker_id, num_workers = _resolve_worker(worker_id, num_workers)
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ConfigError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}", member="rank")
-        if num_workers < 1 or not 0 <= worker_id < num_workers:
-            raise ConfigError(f"need 0 <= worker_id < num_workers, got {worker_id}, {num_workers}", member="worker_id")
-        return cls(rank * num_workers + worker_id, world_size * num_workers, seed, shuffle)
+    def make(
+        cls, seed: int, shuffle: bool, rank: int, world_size: int, worker_id: int | None, num_workers: int | None
+    ) -> _Reader:
+        worker_id, num_workers = resolve_worker(worker_id, num_workers)
+        index, count = global_worker(rank, world_size, worker_id, num_workers)
+        return cls(index, count, seed, shuffle)
 
-    def span(self, n: int) -> tuple[int, int]:
-        """This reader's contiguous share ``[lo, hi)`` of ``n`` slots (sizes differ by at most 1)."""
-        return n * self.index // self.count, n * (self.index + 1) // self.count
+    def plan(self, n: int, skipped: Sequence[int], src: int, epoch: int) -> WorkerPlan:
+        """This reader's share of one pass over a source of ``n`` slots, as ``Dataset.iter`` cuts a
+        split: a seeded permutation of all slots (per source and pass), then a contiguous span."""
+        seed = (self.seed * 1_000_003 + src) & ((1 << 63) - 1)
+        return plan_for(n, skipped, shuffle=self.shuffle, seed=seed, epoch=epoch, index=self.index, count=self.count)
 
     def rng(self, *tags: int) -> np.random.Generator:
         return np.random.default_rng([self.seed & 0xFFFFFFFF, self.index, self.count, *tags])
-
-
-def _slots(n: int, skipped: Sequence[int], reader: _Reader, src: int, epoch: int) -> list[int]:
-    """One pass over this reader's share of a source: its slots, shuffled per pass if asked."""
-    lo, hi = reader.span(n)
-    order = np.arange(lo, hi, dtype=np.int64)
-    if reader.shuffle:
-        reader.rng(1, src, epoch).shuffle(order)
-    if skipped:
-        order = order[~np.isin(order, np.asarray(skipped, dtype=np.int64))]
-    return order.tolist()
 
 
 def _cycle(n: int, skipped: Sequence[int], reader: _Reader, src: int, epoch0: int, limit: int | None) -> Iterator[int]:
     """Passes over a source (a fresh order each pass), ``limit`` slots in all (None: forever)."""
     taken = 0
     for k in itertools.count():
-        order = _slots(n, skipped, reader, src, epoch0 + k)
-        if not order:
+        plan = reader.plan(n, skipped, src, epoch0 + k)
+        if len(plan) == 0:
             return
-        for s in order:
+        for s in plan.positions():
             if limit is not None and taken >= limit:
                 return
             yield s
             taken += 1
 
 
-def _per_reader_count(n: int, skipped: Sequence[int], reader: _Reader, reps: float) -> int:
-    lo, hi = reader.span(n)
-    m = hi - lo - sum(1 for s in skipped if lo <= s < hi)
+def _per_reader_count(n: int, skipped: Sequence[int], reader: _Reader, reps: float, src: int = 0, epoch: int = 0) -> int:
+    """Samples a reader takes from a source in one blend_epochized epoch: floor(reps x its share)."""
+    m = len(reader.plan(n, skipped, src, epoch))
     whole = math.floor(reps)
     return whole * m + math.floor(m * (reps - whole))
 
@@ -998,9 +960,10 @@ class Metadataset:
             counts, streams = [], []
             for i, s in enumerate(self.sources):
                 reps = s.repetitions if self.mode == BLEND_EPOCHIZED and s.repetitions else 1.0
-                c = _per_reader_count(len(s), s.skipped, reader, reps)
+                first = epoch * (math.ceil(reps) + 1)  # the source's passes in this epoch: first, first + 1, ...
+                c = _per_reader_count(len(s), s.skipped, reader, reps, i, first)
                 counts.append(c)
-                streams.append(_cycle(len(s), s.skipped, reader, i, epoch * (math.ceil(reps) + 1), c))
+                streams.append(_cycle(len(s), s.skipped, reader, i, first, c))
             yield from _by_remaining(streams, counts, reader.rng(0, epoch))
             if not repeat or sum(counts) == 0:
                 return
@@ -1026,7 +989,7 @@ class Metadataset:
 def _limited_passes(n: int, skipped: Sequence[int], reader: _Reader, src: int, passes: int | None) -> Iterator[int]:
     if passes is None:
         return _cycle(n, skipped, reader, src, 0, None)
-    return iter([s for k in range(passes) for s in _slots(n, skipped, reader, src, k)])
+    return itertools.chain.from_iterable(reader.plan(n, skipped, src, k).positions() for k in range(passes))
 
 
 def _read_draws(sources: Sequence[Source], draws: Iterator[tuple[int, int]], cook: Callable[[Any], Any] | None,
@@ -1086,7 +1049,7 @@ class Interleaved:
     def _stream(k: int, d: Any, reader: _Reader) -> Iterator[Any]:
         if not isinstance(d, Dataset):
             return iter(d)
-        slots = _slots(len(d), _excluded_positions(d), reader, 10 + k, 0)
+        slots = list(reader.plan(len(d), d.excluded_positions(), 10 + k, 0).positions())
 
         def read() -> Iterator[Any]:
             for lo in range(0, len(slots), 32):
