@@ -516,3 +516,21 @@ def test_cli_info_and_check_on_a_metadataset(poly: dict[str, Any]) -> None:
     assert r.exit_code == 1 and "splits.train.aux.images" in json.loads(r.output)["problems"][0]
     r = run(main, ["check", write_yaml(poly, "cli-bad2.yaml", V2 + "splits: {train: {path: a, wat: 1}}\n")])
     assert r.exit_code == 1 and "shardstore: error:" in r.output and "wat" in r.output
+
+
+def test_dataloader_workers_split_a_metadataset(poly: dict[str, Any]) -> None:
+    """Inside torch DataLoader workers the worker id and count are picked up by themselves."""
+    torch = pytest.importorskip("torch")
+
+    md = open_metadataset(poly["meta"])
+    assert [s.name for s in pickle.loads(pickle.dumps(md)).sources] == [s.name for s in md.sources]
+
+    class Stream(torch.utils.data.IterableDataset):  # type: ignore[misc]
+        def __iter__(self) -> Any:
+            return md.iter(repeat=False, shuffle=True, seed=4, cook=lambda s: (s["__source__"], s["__key__"]))
+
+    loader = torch.utils.data.DataLoader(
+        Stream(), num_workers=2, batch_size=None, multiprocessing_context="fork"
+    )
+    got = collections.Counter(tuple(x) for x in loader)
+    assert len(got) == 3 * SAMPLES and set(got.values()) == {1}
