@@ -228,6 +228,10 @@ def _human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _format_label(energon_version: str) -> str:
+    return "format version not recorded" if energon_version == "unknown" else f"Energon {energon_version} format"
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -295,7 +299,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     else:
         kind = s.sample_type + (" (crude)" if s.crude and s.sample_type != "CrudeWebdataset" else "")
     rows = [
-        ("prepared by", f"{s.prepared_by} (Energon {s.energon_version} format, {s.index_format} index)"),
+        ("prepared by", f"{s.prepared_by} ({_format_label(s.energon_version)}, {s.index_format} index)"),
         ("samples", str(s.samples)),
         ("shards", str(s.shards)),
         ("size", f"{_human_bytes(s.bytes)} ({s.bytes} bytes)"),

@@ -27,6 +27,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 import numpy as np
+import yaml
+
+import nv_meta_schema
 
 from . import nvmeta
 from .dataset import SHARDSTORE_FORMAT, Dataset
@@ -315,95 +318,59 @@ class _Problems:
         return self.items
 
 
+#: ``.nv-meta`` files a remote check downloads to validate (plus the modules ``dataset.yaml`` names).
+_META_FILES = (
+    nvmeta.INFO_JSON, nvmeta.INFO_YAML, nvmeta.SPLIT_YAML, "split.json", nvmeta.DATASET_YAML,
+    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON,
+)
+
+
 @contextmanager
-def _index_reader(storage: Storage) -> Iterator[IndexReader]:
-    """``index.sqlite`` opened read-only: in place when local, a fresh temporary download when remote."""
-    rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
-    local = storage.local_path(rel)
-    if local is not None:
-        reader = IndexReader(local)
-        try:
-            yield reader
-        finally:
-            reader.close()
+def _local_meta(storage: Storage) -> Iterator[str]:
+    """A local folder whose ``.nv-meta`` is the dataset's: the dataset itself when local, else a
+    temporary copy of its ``.nv-meta`` files (fresh, not the read cache: a check looks at what is there)."""
+    root = storage.local_path("")
+    if root is not None:
+        yield root
         return
-    fd, tmp = tempfile.mkstemp(suffix="-index.sqlite")
+    with tempfile.TemporaryDirectory(prefix="shardstore-check-") as tmp:
+        os.makedirs(os.path.join(tmp, nvmeta.META_DIR))
+        names = list(_META_FILES)
+        for name in names:
+            rel = f"{nvmeta.META_DIR}/{name}"
+            if not storage.exists(rel):
+                continue
+            data = storage.read(rel)
+            with open(os.path.join(tmp, rel), "wb") as f:
+                f.write(data)
+            if name == nvmeta.DATASET_YAML:  # sample_loader: sample_loader.py:fn -> fetch that module too
+                names += _referenced_modules(data)
+        yield tmp
+
+
+def _referenced_modules(dataset_yaml: bytes) -> list[str]:
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(storage.read(rel))
-        reader = IndexReader(tmp)
-        try:
-            yield reader
-        finally:
-            reader.close()
-    finally:
-        os.unlink(tmp)
+        doc = yaml.safe_load(dataset_yaml)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(doc, dict):
+        return []
+    refs = [doc.get(k) for k in ("sample_loader", "part_filter")]
+    return sorted({r.split(":", 1)[0] for r in refs if isinstance(r, str) and ":" in r and "/" not in r})
 
 
-def _schema_problems(storage: Storage, url: str, storage_options: dict[str, Any] | None) -> list[Problem]:
-    """The ``.nv-meta`` files against their schemas.
+def _schema_problems(storage: Storage, root: str, shards: set[str]) -> list[Problem]:
+    """The ``.nv-meta`` files against their JSON Schemas and SQL layouts (``nv_meta_schema``).
 
-    Uses ``nv_meta_schema.validate`` when that package provides it, else checks the basics here:
-    each file parses and has the fields readers need.
+    Its per-shard findings (a missing shard or ``.tar.idx``, a ``.tar.idx`` of the wrong size) are
+    left to ``check``'s own shard checks, which say more (sizes at prepare, offsets).
     """
-    try:
-        from nv_meta_schema import validate  # type: ignore[attr-defined]
-    except ImportError:
-        return _basic_schema_problems(storage)
-    try:
-        found = validate(url, storage_options=storage_options) if storage_options else validate(url)
-    except ShardstoreError as e:
-        return [Problem.from_error("schema", e, storage.url(nvmeta.META_DIR))]
-    out = []
-    for p in found:
-        path = str(getattr(p, "path", None) or storage.url(nvmeta.META_DIR))
-        detail = str(getattr(p, "detail", None) or getattr(p, "message", None) or p)
-        out.append(Problem("schema", path, detail, getattr(p, "member", None), getattr(p, "offset", None)))
-    return out
-
-
-def _basic_schema_problems(storage: Storage) -> list[Problem]:
-    problems: list[Problem] = []
-    meta = nvmeta.META_DIR
-
-    def problem(name: str, detail: str, member: str | None = None) -> None:
-        problems.append(Problem("schema", storage.url(f"{meta}/{name}"), detail, member))
-
-    try:
-        info_ = nvmeta.read_info(storage)
-    except ConfigError as e:
-        problems.append(Problem.from_error("schema", e, storage.url(meta)))
-        return problems
-    if any(n < 0 for n in info_.shard_counts.values()):
-        problem(nvmeta.INFO_JSON, "negative sample count", "shard_counts")
-    if storage.exists(f"{meta}/{nvmeta.SPLIT_YAML}") or storage.exists(f"{meta}/split.json"):
-        try:
-            splits = nvmeta.read_splits(storage)
-            for name in splits.split_parts:
-                for shard in nvmeta.brace_expand(splits.split_parts[name]):
-                    if shard not in info_.shard_counts:
-                        problem(nvmeta.SPLIT_YAML, f"split {name!r} names {shard!r}, which is not in .info.json", name)
-        except ShardstoreError as e:
-            problems.append(Problem.from_error("schema", e, storage.url(f"{meta}/{nvmeta.SPLIT_YAML}")))
-    else:
-        problem(nvmeta.SPLIT_YAML, "missing (Energon needs it to load the dataset)")
-    try:
-        dy = nvmeta.read_dataset_yaml(storage)
-        if dy is not None and "__class__" not in dy and not (
-            isinstance(dy.get("sample_type"), dict) and "__class__" in dy["sample_type"]
-        ):
-            problem(nvmeta.DATASET_YAML, "needs sample_type: {__module__, __class__} or the crude __class__ form")
-        if dy is not None and "field_map" in dy and not isinstance(dy["field_map"], dict):
-            problem(nvmeta.DATASET_YAML, "field_map must be a mapping of field -> part name", "field_map")
-    except ShardstoreError as e:
-        problems.append(Problem.from_error("schema", e, storage.url(f"{meta}/{nvmeta.DATASET_YAML}")))
-    if storage.exists(f"{meta}/{nvmeta.INDEX_UUID}"):
-        text = storage.read(f"{meta}/{nvmeta.INDEX_UUID}").decode("utf-8", "replace")
-        if len(text) != 36 or text.count("-") != 4:
-            problem(nvmeta.INDEX_UUID, f"not a uuid: {text[:40]!r}")
-    if not storage.exists(f"{meta}/{nvmeta.INDEX_SQLITE}"):
-        problem(nvmeta.INDEX_SQLITE, "missing; run `shardstore prepare`")
-    return problems
+    per_shard = shards | {nvmeta.tar_idx_path(s) for s in shards}
+    return [
+        Problem("schema", storage.url(p.file), p.message)
+        for p in nv_meta_schema.validate(root)
+        if p.file not in per_shard
+    ]
 
 
 def _read_taridx(storage: Storage, shard: str) -> np.ndarray:
@@ -577,33 +544,38 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
     if str(url).endswith((".yaml", ".yml")):
         _open(url, None, storage_options)  # raises the metadataset error
     storage = open_storage(url, storage_options)
-    meta_info = nvmeta.read_info(storage)  # no .info.json: not a dataset, nothing to list
+    if not (storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}")):
+        nvmeta.read_info(storage)  # raises DatasetNotPreparedError: nothing to check
     problems = _Problems()
-    for p in _schema_problems(storage, url, storage_options):
-        problems.add(p)
-    try:
-        stats = _prepared_stats(storage)
-    except ShardstoreError as e:
-        problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
-        stats = None
-    idx_rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
-    report = CheckReport(storage.url(), deep, len(meta_info.shard_counts), 0, 0, 0.0)
-    if not storage.exists(idx_rel):
-        report.problems = problems.finish()
-        report.seconds = round(time.perf_counter() - t0, 3)
-        return report
-    try:
-        with _index_reader(storage) as index:
-            rows = _Rows(index)
-            total = index.count()
-            expected = sum(meta_info.shard_counts.values())
-            if total != expected:
-                problems.add(Problem("index", storage.url(idx_rel), f"{total} samples, .info.json counts {expected}"))
-            for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
-                report.samples += _check_shard(storage, index, rows, tid, shard, count, stats, deep, problems, report)
-            rows.close()
-    except ShardstoreError as e:
-        problems.add(Problem.from_error("index", e, storage.url(idx_rel)))
+    report = CheckReport(storage.url(), deep, 0, 0, 0, 0.0)
+    with _local_meta(storage) as root:
+        try:
+            meta_info = nvmeta.read_info(storage)
+        except ShardstoreError:
+            meta_info = None  # unreadable .info: the schema check below says why
+        for p in _schema_problems(storage, root, set(meta_info.shard_counts) if meta_info else set()):
+            problems.add(p)
+        try:
+            stats = _prepared_stats(storage)
+        except ShardstoreError as e:
+            problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
+            stats = None
+        index_path = os.path.join(root, nvmeta.META_DIR, nvmeta.INDEX_SQLITE)
+        if meta_info is not None and os.path.isfile(index_path):
+            report.shards = len(meta_info.shard_counts)
+            idx_url = storage.url(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
+            try:
+                index = IndexReader(index_path)
+            except ShardstoreError as e:  # a layout shardstore cannot read (the schema check named it)
+                problems.add(Problem.from_error("index", e, idx_url))
+            else:
+                rows = _Rows(index)
+                try:
+                    for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
+                        report.samples += _check_shard(storage, index, rows, tid, shard, count, stats, deep, problems, report)
+                finally:
+                    rows.close()
+                    index.close()
     report.problems = problems.finish()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

@@ -142,29 +142,36 @@ def test_energon_prepared_dataset(make_shards: Any) -> None:
     assert result.exit_code == 1 and "index reaches offset" in result.stdout
 
 
-def _drop_sample_parts(path: Path) -> None:
-    """An Energon 6 style index (no ``sample_parts`` table, ``.info.yaml``), derived from a real one."""
-    db = sqlite3.connect(path / ".nv-meta/index.sqlite")
-    db.execute("DROP TABLE sample_parts")
-    db.commit()
-    db.close()
-    info = json.loads((path / ".nv-meta/.info.json").read_text())
-    (path / ".nv-meta/.info.json").unlink()
-    import yaml
-
-    (path / ".nv-meta/.info.yaml").write_text(yaml.safe_dump(info))
+ENERGON6 = Path(os.environ.get("SHARDSTORE_ENERGON6_VENV", ROOT / ".venv-energon6")) / "bin" / "energon"
 
 
-def test_index_without_sample_parts(prepared: Path) -> None:
-    _drop_sample_parts(prepared)
-    data = run_json("info", prepared)
-    assert data["index_format"] == "energon6"
+def test_energon6_prepared_dataset(make_shards: Any) -> None:
+    """A dataset prepared by the real Energon 6.0 (`make energon6`): `.info.yaml`, an index with an
+    `id` column and no `sample_parts`. Part names then come from the tar headers."""
+    if not ENERGON6.exists():
+        if in_ci():
+            raise AssertionError(f"{ENERGON6} is missing: `make test` runs `make energon6` first")
+        pytest.skip(f"{ENERGON6} is missing (run `make energon6`)")
+    path = make_shards(shards=2, samples=5, name="energon6")
+    # Energon 6's prepare asks for the split ratio and whether to write a dataset.yaml
+    subprocess.run(
+        [str(ENERGON6), "prepare", str(path), "--no-progress", "--num-workers", "1"],
+        input=b"1,0,0\nn\n", check=True, capture_output=True, timeout=300,
+    )
+    assert (path / ".nv-meta/.info.yaml").exists() and not (path / ".nv-meta/.info.json").exists()
+    data = run_json("info", path)
+    assert (data["index_format"], data["prepared_by"], data["samples"]) == ("energon6", "energon", 10)
     assert data["parts"] == {"jpg": None, "txt": None, "json": None}
-    listing = run_json("ls", prepared, "--limit", "3")
+    assert "format version not recorded" in run("info", path).stdout
+    listing = run_json("ls", path, "--limit", "3")
     assert [x["parts"] for x in listing] == [["jpg", "txt", "json"]] * 3
-    assert run("cat", prepared, "s00001_000002.jpg").stdout_bytes == members(prepared)["s00001_000002.jpg"]
-    report = run_json("check", prepared, "--deep")
-    assert report["ok"] is True and report["parts"] == 0
+    assert run("cat", path, "s00001_000002.jpg").stdout_bytes == members(path)["s00001_000002.jpg"]
+    report = run_json("check", path, "--deep")
+    assert report["ok"] is True and report["samples"] == 10 and report["parts"] == 0
+    with open(path / SHARD0, "r+b") as f:  # a corrupt header is found without sample_parts too
+        f.seek(_header_offset(path / SHARD0, "s00000_000003.txt") + 5)
+        f.write(b"!")
+    assert run("check", path, "--deep", ok=False).exit_code == 1
 
 
 # ----- check -------------------------------------------------------------------------------------
