@@ -247,7 +247,10 @@ def _echo_metadataset_info(summary: dict[str, Any]) -> None:
         if "error" in s:
             click.echo(f"  {split}: error: {s['error']}")
             continue
-        click.echo(f"  {split}: {s['mode']}, {_plural(len(s['sources']), 'source')}, {_plural(s['samples'], 'sample')}")
+        per_epoch = f" ({s['epoch_samples']} per epoch)" if "epoch_samples" in s else ""
+        click.echo(
+            f"  {split}: {s['mode']}, {_plural(len(s['sources']), 'source')}, {_plural(s['samples'], 'sample')}{per_epoch}"
+        )
         for src in s["sources"]:
             share = ""
             if src["weight"] is not None:
@@ -257,6 +260,8 @@ def _echo_metadataset_info(summary: dict[str, Any]) -> None:
             size = f"error: {src['error']}" if "error" in src else _plural(src["samples"], "sample")
             if "subset" in src and src["subset"] != [0, src.get("dataset_samples")]:
                 size += f" (subset {src['subset'][0]}:{src['subset'][1]} of {src['dataset_samples']})"
+            if "epoch_samples" in src:
+                size += f", {src['epoch_samples']} per epoch"
             click.echo(f"    {src['name']}  [{src['split_part']}] {share}{size}")
             if src["subflavors"]:
                 click.echo(f"      subflavors: {json.dumps(src['subflavors'])}")

@@ -1096,6 +1096,8 @@ def _source_summary(spec: SourceSpec, storage_options: dict[str, Any] | None) ->
     try:
         src = Source(replace(spec, aux=()), {"storage_options": storage_options})
         out.update(dataset_samples=src.total, samples=len(src) - len(src.skipped), subset=[src.start, src.end])
+        if spec.repetitions is not None:  # what one blend_epochized epoch takes from it (one reader)
+            out["epoch_samples"] = _per_reader_count(len(src), src.skipped, _Reader(0, 1, 0, False), spec.repetitions)
     except ShardstoreError as e:
         out["error"] = str(e)
     out["aux"] = {a.name: _aux_summary(a, storage_options) for a in spec.aux}
@@ -1104,7 +1106,7 @@ def _source_summary(spec: SourceSpec, storage_options: dict[str, Any] | None) ->
 
 def metadataset_info(yaml_path: str, *, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """A summary of every split: blend mode, sources (path, weight or repetitions, samples after the
-    subset, subflavors) and aux stores with whether each resolves. Problems are reported, not raised,
+    subset, per blend_epochized epoch, subflavors) and aux stores with whether each resolves. Problems are reported, not raised,
     except for a YAML that cannot be parsed at all."""
     url = os.fspath(yaml_path)
     mf = _load_file(url, storage_options)
@@ -1117,6 +1119,8 @@ def metadataset_info(yaml_path: str, *, storage_options: dict[str, Any] | None =
             continue
         sources = [_source_summary(s, storage_options) for s in specs]
         splits[split] = {"mode": mode, "samples": sum(s.get("samples", 0) for s in sources), "sources": sources}
+        if mode == BLEND_EPOCHIZED:
+            splits[split]["epoch_samples"] = sum(s.get("epoch_samples", 0) for s in sources)
     return {"path": url, "class": "MetadatasetV2" if mf.version == 2 else "Metadataset", "splits": splits}
 
 
