@@ -312,6 +312,8 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     ]
     if s.field_map:
         rows.append(("field map", ", ".join(f"{k} <- {v}" for k, v in s.field_map.items())))
+    if s.sample_loader:
+        rows.append(("loader", f"{s.sample_loader} (in .nv-meta)"))
     for i, (name, c) in enumerate(s.splits.items()):
         rows.append(("splits" if i == 0 else "", f"{name}: {_plural(c['shards'], 'shard')}, {_plural(c['samples'], 'sample')}"))
     if s.excluded["shards"] or s.excluded["samples"]:

@@ -149,6 +149,12 @@ def _sample_type(dataset_yaml: dict[str, Any] | None) -> tuple[str | None, bool,
     return name, False, dict(fm) if isinstance(fm, dict) else None
 
 
+def _sample_loader(dataset_yaml: dict[str, Any] | None) -> str | None:
+    """``sample_loader.py:sample_loader`` when ``dataset.yaml`` maps parts with code instead of a field map."""
+    ref = (dataset_yaml or {}).get("sample_loader")
+    return str(ref) if ref else None
+
+
 # ----- info --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DatasetSummary:
@@ -173,6 +179,7 @@ class DatasetSummary:
     sample_type: str | None
     crude: bool
     field_map: dict[str, Any] | None
+    sample_loader: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,6 +251,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         sample_type=sample_type,
         crude=crude,
         field_map=field_map,
+        sample_loader=_sample_loader(ds.dataset_yaml),
     )
 
 

@@ -99,6 +99,18 @@ def test_info_crude_and_typed(make_shards: Any) -> None:
     assert data["field_map"] == {"image": "jpg", "caption": "txt"}
     assert "image <- jpg, caption <- txt" in run("info", typed).stdout
 
+    # A sample type without a field map: Energon's sample_loader form (a module in .nv-meta)
+    loader = make_shards(shards=1, samples=3, name="loader")
+    shardstore.prepare(str(loader), split_ratio="1,0,0", sample_type="ImageSample", num_workers=1)
+    data = run_json("info", loader)
+    assert (data["sample_type"], data["field_map"]) == ("ImageSample", None)
+    assert data["sample_loader"] == "sample_loader.py:sample_loader"
+    assert run_json("check", loader)["ok"] is True
+    (loader / ".nv-meta/sample_loader.py").unlink()
+    problems = json.loads(run("check", loader, "--json", ok=False).stdout)["problems"]
+    assert [p["kind"] for p in problems] == ["schema", "schema"]  # sample_loader and part_filter name it
+    assert all("sample_loader.py" in p["detail"] for p in problems)
+
 
 def test_info_counts_excludes(prepared: Path) -> None:
     split = prepared / ".nv-meta/split.yaml"
