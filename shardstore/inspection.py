@@ -185,6 +185,11 @@ class DatasetSummary:
         return asdict(self)
 
 
+def _names_sample(entry: str, shards: dict[str, int]) -> bool:
+    """True for an exclude entry ``<shard>/<key>`` (shard names and keys may both contain ``/``)."""
+    return any(entry[:i] in shards for i, c in enumerate(entry) if c == "/")
+
+
 def _shard_bytes(storage: Storage, shards: list[str], stats: dict[str, dict[str, Any]] | None) -> int:
     """Total size of the shards: from ``shardstore.json`` when it has them all, else one stat each."""
     if stats is not None and all("size" in stats.get(s, {}) for s in shards):
@@ -222,7 +227,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         expanded = nvmeta.brace_expand(ds.splits.exclude)
         excluded = {
             "shards": sum(1 for e in expanded if e in counts),
-            "samples": sum(1 for e in expanded if e not in counts and e.rsplit("/", 1)[0] in counts),
+            "samples": sum(1 for e in expanded if e not in counts and _names_sample(e, counts)),
         }
     index = ds.index
     parts: dict[str, int | None]

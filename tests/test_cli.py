@@ -114,9 +114,11 @@ def test_info_crude_and_typed(make_shards: Any) -> None:
 
 def test_info_counts_excludes(prepared: Path) -> None:
     split = prepared / ".nv-meta/split.yaml"
-    split.write_text(split.read_text().replace("exclude: []", f"exclude:\n- {SHARD0}/s00000_000003\n- parts/data-000003.tar"))
+    split.write_text(split.read_text().replace(
+        "exclude: []", f"exclude:\n- {SHARD0}/s00000_000003\n- {SHARD0}/folder/key\n- parts/data-000003.tar"
+    ))
     data = run_json("info", prepared)
-    assert data["excluded"] == {"shards": 1, "samples": 1}
+    assert data["excluded"] == {"shards": 1, "samples": 2}
     assert data["splits"]["test"] == {"shards": 0, "samples": 0}
 
 
