@@ -240,33 +240,34 @@ class IndexReader:
             (*args, limit),
         ).fetchall()
 
+    #: The names of a sample's parts, joined with "/" (which no part name contains).
+    _PARTS = (
+        "(SELECT group_concat(p.part_name, '/') FROM sample_parts p "
+        "WHERE p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index)"
+    )
+
     def part_page(
         self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 512
-    ) -> list[tuple[str, int, int, str, int, int]]:
-        """(key, tar_file_id, sample_index, part, data offset, size) of the parts of up to ``limit``
-        samples in key order from ``lo``; a sample's parts in tar order."""
+    ) -> list[tuple[str, int, str | None]]:
+        """(key, tar_file_id, part names joined with "/") of up to ``limit`` samples in key order
+        from ``lo``: one row per sample, so a listing creates few Python objects per member."""
         where, args = self._key_range(lo, hi, after, tar_ids)
         return self._conn().execute(
-            "SELECT s.sample_key, s.tar_file_id, s.sample_index, p.part_name, p.content_byte_offset, "
-            "p.content_byte_size FROM (SELECT sample_key, tar_file_id, sample_index FROM samples "
-            f"WHERE {where} ORDER BY sample_key LIMIT ?) s JOIN sample_parts p "
-            "ON p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index "
-            "ORDER BY s.sample_key, p.content_byte_offset",
+            f"SELECT s.sample_key, s.tar_file_id, {self._PARTS} FROM samples s WHERE {where} "
+            "ORDER BY s.sample_key LIMIT ?",
             (*args, limit),
         ).fetchall()
 
-    def shard_part_page(
-        self, tar_file_id: int, after: tuple[int, int] = (-1, -1), limit: int = 2048
-    ) -> list[tuple[str, int, str, int, int]]:
-        """(key, sample_index, part, data offset, size) of one shard's parts in tar order after
-        ``after`` = (sample_index, data offset)."""
+    def shard_page(
+        self, tar_file_id: int, after: int = -1, limit: int = 512, parts: bool = True
+    ) -> list[tuple[str, int, str | None]]:
+        """(key, sample_index, part names joined with "/" or None) of one shard's samples in tar
+        order after sample ``after``."""
+        cols = self._PARTS if parts else "NULL"
         return self._conn().execute(
-            "SELECT (SELECT s.sample_key FROM samples s WHERE s.tar_file_id = p.tar_file_id "
-            "AND s.sample_index = p.sample_index), p.sample_index, p.part_name, p.content_byte_offset, "
-            "p.content_byte_size FROM sample_parts p "
-            "WHERE p.tar_file_id = ? AND (p.sample_index, p.content_byte_offset) > (?, ?) "
-            "ORDER BY p.sample_index, p.content_byte_offset LIMIT ?",
-            (tar_file_id, *after, limit),
+            f"SELECT s.sample_key, s.sample_index, {cols} FROM samples s "
+            "WHERE s.tar_file_id = ? AND s.sample_index > ? ORDER BY s.sample_index LIMIT ?",
+            (tar_file_id, after, limit),
         ).fetchall()
 
     def has_keys(self, lo: str, hi: str | None, tar_ids: Sequence[int] | None = None) -> bool:

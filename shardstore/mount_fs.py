@@ -1,0 +1,454 @@
+"""The FUSE side of a mount: mfusepy operations over a ``mount_tree`` tree (paths in, errno out).
+
+errno lives here only: ``SampleNotFoundError`` becomes ENOENT, any other error EIO and a log line.
+Every call that would change something answers EROFS (the kernel already refuses most of them:
+the mount is ``ro``).
+
+Hot paths bypass mfusepy's generic wrappers (``FastFUSE``): ``getattr`` fills the C ``stat``
+directly instead of building and copying a dict, and ``readdir`` feeds libfuse's filler from
+the listing cursor with one reused ``stat``. Reads go straight to the storage: a ``pread`` of
+exactly the bytes asked for on local disk; on S3 a window that doubles (256 KB to 8 MB) while a
+file is read sequentially, the next window fetched in the background.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import itertools
+import logging
+import os
+import stat
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from . import nvmeta
+from .dataset import ShardRef
+from .errors import SampleNotFoundError, ShardstoreError
+from .mount_tree import DIR, MultiTree, Node, Tree, not_found
+from .storage import ByteRange, LocalStorage, Storage
+
+__all__ = ["ShardFS", "fuse_class"]
+
+log = logging.getLogger("shardstore.mount")
+
+DIR_MODE = stat.S_IFDIR | 0o555
+FILE_MODE = stat.S_IFREG | 0o444
+#: Read-ahead window for remote storage: it starts small and doubles on sequential reads.
+MIN_WINDOW = 256 << 10
+MAX_WINDOW = 8 << 20
+#: Paths whose lookup result (found or not) is kept.
+CACHE_SIZE = 16384
+#: The kernel may keep names and attributes this long: the dataset cannot change under the mount.
+KERNEL_TIMEOUT = 3600.0
+#: ``st_blksize``: tools such as ``cp`` read in chunks of this size.
+BLKSIZE = 1 << 20
+_NS = 1_000_000_000
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Errno(OSError):
+    """An errno answer meant for the kernel (not a library error that happens to be an OSError)."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code, os.strerror(code))
+
+
+def _fuse_op(fn: F) -> F:
+    """Map library errors to errno: not found -> ENOENT, anything else -> EIO and a log line."""
+
+    @functools.wraps(fn)
+    def wrapper(self: ShardFS, path: str, *args: Any) -> Any:
+        try:
+            return fn(self, path, *args)
+        except _Errno:
+            raise
+        except SampleNotFoundError:
+            raise _Errno(errno.ENOENT) from None
+        except Exception as e:  # noqa: BLE001 - the kernel only understands errno
+            log.error("%s %s failed: %s: %s", fn.__name__, path, type(e).__name__, e)
+            raise _Errno(errno.EIO) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _LRU:
+    """A small thread-safe LRU map (path -> lookup result)."""
+
+    MISSING = object()
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[str, Any] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            value = self.data.get(key, self.MISSING)
+            if value is not self.MISSING:
+                self.data.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            if len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+class _Listing:
+    """An open folder: a lazy listing, resumed where the kernel's last page ended.
+
+    Entry ``i`` (``.`` and ``..`` first) carries offset ``i + 1``; the kernel asks again with the
+    offset of the last entry it kept, so paging through never restarts the query; only a
+    ``seekdir`` elsewhere does. An entry the filler refused (buffer full) is offered again.
+    """
+
+    __slots__ = ("factory", "it", "pos", "pending")
+
+    def __init__(self, factory: Callable[[], Iterator[tuple[str, bool]]]) -> None:
+        self.factory = factory
+        self.it: Iterator[tuple[str, bool]] | None = None
+        self.pos = 0
+        self.pending: tuple[str, bool] | None = None
+
+    def seek(self, offset: int) -> None:
+        if self.it is not None and offset == self.pos:
+            return
+        self.it = itertools.chain(((".", True), ("..", True)), self.factory())
+        self.pos, self.pending = 0, None
+        for _ in itertools.islice(self.it, offset):
+            self.pos += 1
+
+    def fill(self, add: Callable[[str, bool, int], int], on_dir: Callable[[str], None]) -> None:
+        """Offer entries to ``add(name, is_dir, next_offset)`` until it returns non-zero (full)."""
+        it, pos, item = self.it, self.pos, self.pending
+        assert it is not None
+        try:
+            while True:
+                if item is None:
+                    item = next(it, None)
+                    if item is None:
+                        return
+                if add(item[0], item[1], pos + 1):
+                    return
+                if item[1] and pos > 1:
+                    on_dir(item[0])
+                item = None
+                pos += 1
+        finally:
+            self.pos, self.pending = pos, item
+
+
+class _LocalFile:
+    """An open member on local disk: each read is one ``pread`` of exactly the bytes asked for."""
+
+    __slots__ = ("storage", "shard", "node")
+
+    def __init__(self, storage: Storage, shard: str, node: Node) -> None:
+        self.storage, self.shard, self.node = storage, shard, node
+
+    def read(self, offset: int, size: int) -> bytes:
+        size = min(size, self.node.size - offset)
+        if size <= 0:
+            return b""
+        return self.storage.read_range(self.shard, ByteRange(self.node.offset + offset, size))
+
+    def close(self) -> None:
+        pass
+
+
+class _RemoteFile:
+    """An open member on S3: sequential reads fetch a growing window, the next one in background;
+    at most two windows (16 MB) are held per open file, never the whole member."""
+
+    def __init__(self, storage: Storage, shard: str, node: Node, pool: ThreadPoolExecutor) -> None:
+        self.storage, self.shard, self.node, self.pool = storage, shard, node, pool
+        self.start, self.buf = 0, b""
+        self.window = MIN_WINDOW
+        self.ahead: tuple[int, Future[bytes]] | None = None
+        self.lock = threading.Lock()
+
+    def _fetch(self, offset: int, size: int) -> bytes:
+        size = min(size, self.node.size - offset)
+        return self.storage.read_range(self.shard, ByteRange(self.node.offset + offset, size))
+
+    def _refill(self, offset: int, want: int) -> None:
+        sequential = bool(self.buf) and offset == self.start + len(self.buf)
+        if self.ahead is not None and self.ahead[0] == offset:
+            self.start, self.buf = offset, self.ahead[1].result()
+        else:
+            if self.ahead is not None:
+                self.ahead[1].cancel()
+            self.window = min(self.window * 2, MAX_WINDOW) if sequential else MIN_WINDOW
+            self.start, self.buf = offset, self._fetch(offset, max(want, self.window))
+        self.ahead = None
+        nxt = self.start + len(self.buf)
+        if (sequential or self.window > MIN_WINDOW) and nxt < self.node.size:
+            self.window = min(self.window * 2, MAX_WINDOW)
+            self.ahead = (nxt, self.pool.submit(self._fetch, nxt, self.window))
+
+    def read(self, offset: int, size: int) -> bytes:
+        end = min(offset + size, self.node.size)
+        out = []
+        with self.lock:
+            while offset < end:
+                if not self.start <= offset < self.start + len(self.buf):
+                    self._refill(offset, end - offset)
+                piece = self.buf[offset - self.start : end - self.start]
+                out.append(piece)
+                offset += len(piece)
+        return b"".join(out)
+
+    def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead[1].cancel()
+        self.buf = b""
+
+
+class ShardFS:
+    """The mount's operations (mfusepy calls them; ``FastFUSE`` calls the ``*_into`` ones)."""
+
+    use_ns = True
+
+    def __init__(self, tree: Tree | MultiTree) -> None:
+        self.tree = tree
+        self.cache = _LRU(CACHE_SIZE)
+        self.files: dict[int, _LocalFile | _RemoteFile] = {}
+        self.dirs: dict[int, _Listing] = {}
+        self.handles = itertools.count(1)
+        self.pool = ThreadPoolExecutor(8, thread_name_prefix="shardstore-readahead")
+        self.uid, self.gid = os.getuid(), os.getgid()
+        self._mtimes: dict[tuple[int, int], int] = {}
+        self._default_mtime = time.time_ns()
+        try:
+            index_stat = tree.all_trees()[0].dataset.storage.stat(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
+            if index_stat.mtime is not None:
+                self._default_mtime = int(index_stat.mtime * _NS)
+        except ShardstoreError:
+            pass
+
+    def _source(self, path: str) -> Tree:
+        tree = self.tree.source(path)
+        if tree is None:
+            raise not_found(path)
+        return tree
+
+    def node(self, path: str) -> Node:
+        """The node at ``path`` through the LRU cache (misses are cached too)."""
+        hit = self.cache.get(path)
+        if hit is _LRU.MISSING:
+            try:
+                hit = self.tree.lookup(path)
+            except SampleNotFoundError:
+                hit = None
+            self.cache.put(path, hit)
+        if hit is None:
+            raise not_found(path)
+        return hit  # type: ignore[no-any-return]
+
+    # ----- attributes ------------------------------------------------------------------------------
+    def _shard_mtime(self, tree: Tree, shard: int) -> int:
+        key = (id(tree), shard)
+        mtime = self._mtimes.get(key)
+        if mtime is None:
+            try:
+                st = tree.dataset.storage.stat(tree.shard_names[shard])
+                mtime = int(st.mtime * _NS) if st.mtime is not None else self._default_mtime
+            except ShardstoreError:
+                mtime = self._default_mtime
+            self._mtimes[key] = mtime
+        return mtime
+
+    def _member_mtime(self, tree: Tree, node: Node) -> int:
+        """The tar header's mtime on local disk (one 512-byte pread); the shard's elsewhere."""
+        storage = tree.dataset.storage
+        if isinstance(storage, LocalStorage) and node.offset >= 512:
+            try:
+                field = storage.read_range(tree.shard_names[node.shard], ByteRange(node.offset - 376, 12))
+                if field[0] & 0x80:  # base-256
+                    return int.from_bytes(field[1:], "big") * _NS
+                return int(field.split(b"\0", 1)[0].strip() or b"x", 8) * _NS
+            except (ValueError, IndexError, ShardstoreError):
+                pass
+        return self._shard_mtime(tree, node.shard)
+
+    def _attrs(self, path: str) -> tuple[int, int, int]:
+        """(mode, size, mtime in ns) of ``path``."""
+        node = self.node(path)
+        if node.is_dir:
+            tree = self.tree.source(path) if node.shard >= 0 else None
+            mtime = self._shard_mtime(tree, node.shard) if tree is not None else self._default_mtime
+            return DIR_MODE, 0, mtime
+        return FILE_MODE, node.size, self._member_mtime(self._source(path), node)
+
+    @_fuse_op
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        mode, size, mtime = self._attrs(path)
+        return {
+            "st_mode": mode, "st_nlink": 1, "st_size": size, "st_blocks": (size + 511) // 512,
+            "st_blksize": BLKSIZE, "st_uid": self.uid, "st_gid": self.gid,
+            "st_mtime": mtime, "st_ctime": mtime, "st_atime": mtime,
+        }
+
+    @_fuse_op
+    def stat_into(self, path: str, st: Any) -> None:
+        """``getattr`` straight into a zeroed C ``struct stat``."""
+        mode, size, mtime = self._attrs(path)
+        st.st_mode, st.st_nlink, st.st_size = mode, 1, size
+        st.st_blocks, st.st_blksize = (size + 511) // 512, BLKSIZE
+        st.st_uid, st.st_gid = self.uid, self.gid
+        sec, nsec = divmod(mtime, _NS)
+        for ts in (st.st_mtimespec, st.st_ctimespec, st.st_atimespec):
+            ts.tv_sec, ts.tv_nsec = sec, nsec
+
+    # ----- folders -----------------------------------------------------------------------------------
+    @_fuse_op
+    def opendir(self, path: str) -> int:
+        if not self.node(path).is_dir:
+            raise _Errno(errno.ENOTDIR)
+        fh = next(self.handles)
+        self.dirs[fh] = _Listing(functools.partial(self.tree.listdir, path))
+        return fh
+
+    @_fuse_op
+    def readdir_into(self, path: str, fh: int, offset: int, add: Callable[[str, bool, int], int]) -> None:
+        """Page ``offset`` of open folder ``fh`` into libfuse's buffer via ``add``."""
+        listing = self.dirs.get(fh)
+        if listing is None:
+            raise _Errno(errno.EBADF)
+        listing.seek(offset)
+        base = path.rstrip("/")
+        # subfolders are few, and their lookups can be dear in filtered views: remember them
+        listing.fill(add, lambda name: self.cache.put(f"{base}/{name}", DIR))
+
+    def readdir_with_offset(self, path: str, offset: int, fh: int) -> Iterator[tuple[str, int, int]]:
+        """mfusepy's generic path (``FastFUSE`` uses ``readdir_into``)."""
+        out: list[tuple[str, int, int]] = []
+
+        def add(name: str, is_dir: bool, off: int) -> int:
+            out.append((name, DIR_MODE if is_dir else FILE_MODE, off))
+            return len(out) >= 256
+
+        self.readdir_into(path, fh, offset, add)
+        return iter(out)
+
+    @_fuse_op
+    def releasedir(self, path: str, fh: int) -> int:
+        self.dirs.pop(fh, None)
+        return 0
+
+    # ----- files -------------------------------------------------------------------------------------
+    @_fuse_op
+    def open(self, path: str, flags: int) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC):
+            raise _Errno(errno.EROFS)
+        node = self.node(path)
+        if node.is_dir:
+            raise _Errno(errno.EISDIR)
+        tree = self._source(path)
+        shard = tree.shard_names[node.shard]
+        ds = tree.dataset
+        if node.shard not in ds._checked:  # once per shard: same size (and ETag) as at prepare
+            ds._check_shard(ShardRef(shard, node.shard, ds.info.shard_counts[shard]))
+        fh = next(self.handles)
+        if isinstance(ds.storage, LocalStorage):
+            self.files[fh] = _LocalFile(ds.storage, shard, node)
+        else:
+            self.files[fh] = _RemoteFile(ds.storage, shard, node, self.pool)
+        return fh
+
+    @_fuse_op
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        f = self.files.get(fh)
+        if f is None:
+            raise _Errno(errno.EBADF)
+        return f.read(offset, size)
+
+    @_fuse_op
+    def release(self, path: str, fh: int) -> int:
+        f = self.files.pop(fh, None)
+        if f is not None:
+            f.close()
+        return 0
+
+    @_fuse_op
+    def statfs(self, path: str) -> dict[str, int]:
+        total = files = 0
+        for tree in self.tree.all_trees():
+            sizes = getattr(tree.dataset, "_sizes", {})  # shard sizes recorded at prepare
+            total += sum(int(v.get("size", 0)) for v in sizes.values())
+            files += sum(tree.dataset.info.shard_counts.values())
+        return {
+            "f_bsize": 4096, "f_frsize": 4096, "f_blocks": total // 4096, "f_bfree": 0, "f_bavail": 0,
+            "f_files": files, "f_ffree": 0, "f_namemax": 255,
+        }
+
+    # ----- everything that would change the tree -----------------------------------------------------
+    def _read_only(self, path: str, *args: Any) -> int:
+        raise _Errno(errno.EROFS)
+
+    write = create = unlink = rmdir = mkdir = mknod = rename = symlink = link = _read_only
+    chmod = chown = truncate = utimens = setxattr = removexattr = _read_only
+
+    def init_with_config(self, conn: Any, config: Any) -> None:
+        """Let the kernel keep names, attributes and pages: nothing changes under the mount."""
+        if config is not None:
+            config.entry_timeout = config.attr_timeout = config.negative_timeout = KERNEL_TIMEOUT
+            config.kernel_cache = 1
+
+    def destroy(self, path: str) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+_pinned: set[int] = set()
+
+
+def _pin_thread_state() -> None:
+    """Give this (libfuse worker) thread a Python thread state for good.
+
+    ctypes makes a thread state for each callback on a foreign thread and drops it afterwards,
+    and with it everything in ``threading.local``: the index's per-thread SQLite connection
+    would be reopened on every request. One extra ``PyGILState_Ensure`` that is never released
+    keeps the state (one per worker thread, as for a Python thread).
+    """
+    ident = threading.get_ident()
+    if ident not in _pinned:
+        _pinned.add(ident)
+        ctypes.pythonapi.PyGILState_Ensure()
+
+
+def fuse_class(mfusepy: Any) -> type:
+    """mfusepy's ``FUSE`` with fast ``getattr`` and ``readdir`` (libfuse 3 signatures), whose
+    worker threads keep their Python thread state."""
+
+    class FastFUSE(mfusepy.FUSE):  # type: ignore[misc, name-defined]
+        def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+            _pin_thread_state()
+            return super()._wrapper(func, *args, **kwargs)
+
+        def getattr_fuse_3(self, path: bytes, buf: Any, fip: Any) -> int:
+            ctypes.memset(buf, 0, ctypes.sizeof(mfusepy.c_stat))
+            self.operations.stat_into(path.decode(self.encoding, self.errors), buf.contents)
+            return 0
+
+        def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
+            dir_st, file_st = mfusepy.c_stat(), mfusepy.c_stat()
+            dir_st.st_mode, file_st.st_mode = DIR_MODE, FILE_MODE
+            kinds = (ctypes.pointer(file_st), ctypes.pointer(dir_st))
+            encoding, errors = self.encoding, self.errors
+
+            def add(name: str, is_dir: bool, off: int) -> int:
+                return filler(buf, name.encode(encoding, errors), kinds[is_dir], off, 0)  # type: ignore[no-any-return]
+
+            self.operations.readdir_into(path.decode(encoding, errors), fip.contents.fh, offset, add)
+            return 0
+
+    return FastFUSE

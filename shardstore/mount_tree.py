@@ -1,0 +1,384 @@
+"""The names a mount shows: paths -> nodes, and lazy folder listings, read from ``index.sqlite``.
+
+No FUSE here (``mount_fs`` serves this tree; ``mount`` runs it). Layouts: ``flat`` shows member
+``a/b.jpg`` as file ``a/b.jpg`` (folder ``a``); ``samples`` shows it as ``a/b/jpg`` (one folder
+per key). Every tree also has ``.by-shard/<shard path>/`` (one shard, listed in tar order) and
+``.by-split/<split>/`` (a split's shards without its excluded samples) in the same layout.
+
+A folder is listed in key order from the UNIQUE ``sample_key`` index, one page of samples per
+query (each row carries the sample's part names, joined in SQL). A subfolder is found from the
+first key below it and its whole key range is then skipped with the next query, so a folder of
+folders costs one query per subfolder, never a scan of the samples under it. A lookup is one or
+two indexed queries. Memory does not grow with the dataset.
+
+Names are only ever looked up in the index, so nothing resolves outside the dataset. Members
+whose names have an empty, ``.`` or ``..`` component (``/abs``, ``./x``, ``../x``, ``a//b``) are
+never listed: no directory entry can carry such a name. Name clashes (folder ``x.y`` beside file
+``x.y`` of key ``x``; in ``samples``, part ``b`` of key ``a`` beside key ``a/b``) resolve to the
+file, in listings and lookups alike.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from . import nvmeta
+from .dataset import Dataset
+from .errors import ConfigError, DatasetNotPreparedError, SampleNotFoundError
+from .keys import split_name
+
+__all__ = ["BY_SHARD", "BY_SPLIT", "LAYOUTS", "Node", "Tree", "MultiTree"]
+
+LAYOUTS = ("flat", "samples")
+BY_SHARD = ".by-shard"
+BY_SPLIT = ".by-split"
+#: Samples per listing query.
+PAGE = 512
+_SPECIAL = frozenset({BY_SHARD, BY_SPLIT})
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A folder (``shard`` set for a shard's or a sample's folder, for its mtime), or a member's
+    data: ``size`` bytes at ``offset`` of shard ``shard`` (its ``tar_file_id``)."""
+
+    is_dir: bool
+    size: int = 0
+    shard: int = -1
+    offset: int = 0
+
+
+DIR = Node(True)
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """The samples a subtree shows: every shard (``ids`` None), one shard, or a split's shards."""
+
+    ids: tuple[int, ...] | None
+    excluded: frozenset[str] = frozenset()  # "shard/key" entries of split.yaml
+    shard_order: bool = False  # one-shard views list their root in tar order
+
+    def has(self, tar_file_id: int) -> bool:
+        return self.ids is None or tar_file_id in self.ids
+
+
+def _succ(prefix: str) -> str:
+    """The smallest string above every string that starts with ``prefix``."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _valid(name: str) -> bool:
+    """A name a directory entry can carry."""
+    return name not in ("", ".", "..") and "\x00" not in name
+
+
+def not_found(path: str) -> SampleNotFoundError:
+    return SampleNotFoundError("no such file or folder in the mount", member=path)
+
+
+class Tree:
+    """One prepared dataset (all its shards) in a layout."""
+
+    def __init__(self, dataset: Dataset, layout: str = "flat") -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
+        self.dataset = dataset
+        self.layout = layout
+        self.index = dataset.index
+        if not self.index.has_parts:
+            raise DatasetNotPreparedError(
+                "index.sqlite has no sample_parts table (Energon < 7?): rerun `shardstore prepare --force-overwrite`",
+                path=dataset.storage.url(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"),
+            )
+        self.shard_names = dataset.info.shards
+        self.shard_ids = {name: i for i, name in enumerate(self.shard_names)}
+        self._sorted_shards = sorted(self.shard_names)
+        self.root = _View(None)
+        self.splits: dict[str, _View] = {}
+        if dataset.splits is not None:
+            excluded = frozenset(dataset.splits.excluded_samples())
+            for name in dataset.splits.split_parts:
+                ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name) if s in self.shard_ids)
+                self.splits[name] = _View(ids, excluded)
+        self._suffixes: dict[str, tuple[str, ...]] = {}
+
+    def all_trees(self) -> list[Tree]:
+        return [self]
+
+    def source(self, path: str) -> Tree | None:
+        """The tree whose dataset holds ``path`` (a ``MultiTree`` has several)."""
+        return self
+
+    # ----- lookups -------------------------------------------------------------------------------
+    def lookup(self, path: str) -> Node:
+        """The node at ``path`` (``/a/b``); raises ``SampleNotFoundError`` if there is none."""
+        comps = [c for c in path.split("/") if c]
+        if not comps:
+            return DIR
+        head = comps[0]
+        if head == BY_SHARD:
+            return self._lookup_by_shard(comps[1:], path)
+        if head == BY_SPLIT and self.splits:
+            if len(comps) == 1:
+                return DIR
+            view = self.splits.get(comps[1])
+            if view is None:
+                raise not_found(path)
+            return self._lookup_in(view, comps[2:], path)
+        return self._lookup_in(self.root, comps, path)
+
+    def _lookup_by_shard(self, comps: list[str], path: str) -> Node:
+        for i in range(1, len(comps) + 1):
+            tar_file_id = self.shard_ids.get("/".join(comps[:i]))
+            if tar_file_id is not None:
+                if i == len(comps):
+                    return Node(True, shard=tar_file_id)
+                return self._lookup_in(self._shard_view(tar_file_id), comps[i:], path)
+        if not comps or self._shard_folder("/".join(comps) + "/"):
+            return DIR
+        raise not_found(path)
+
+    @staticmethod
+    def _shard_view(tar_file_id: int) -> _View:
+        return _View((tar_file_id,), shard_order=True)
+
+    def _shard_folder(self, prefix: str) -> bool:
+        i = bisect.bisect_left(self._sorted_shards, prefix)
+        return i < len(self._sorted_shards) and self._sorted_shards[i].startswith(prefix)
+
+    def _excluded(self, view: _View, tar_file_id: int, key: str) -> bool:
+        return bool(view.excluded) and f"{self.shard_names[tar_file_id]}/{key}" in view.excluded
+
+    def _member(self, view: _View, key: str, part: str) -> Node | None:
+        hit = self.index.part(key, part)
+        if hit is None or not view.has(hit[0]) or self._excluded(view, hit[0], key):
+            return None
+        return Node(False, size=hit[2], shard=hit[0], offset=hit[1])
+
+    def _lookup_in(self, view: _View, comps: list[str], path: str) -> Node:
+        if not comps:
+            return Node(True, shard=view.ids[0]) if view.shard_order and view.ids else DIR
+        rel = "/".join(comps)
+        if self.layout == "flat":
+            kp = split_name(rel)
+            node = self._member(view, *kp) if kp else None
+        else:
+            key, _, part = rel.rpartition("/")
+            node = self._member(view, key, part) if key else None
+            if node is None:
+                loc = self.index.locate(rel)
+                if loc is not None and view.has(loc.tar_file_id) and not self._excluded(view, loc.tar_file_id, rel):
+                    node = Node(True, shard=loc.tar_file_id)
+        if node is not None:
+            return node
+        prefix = rel + "/"
+        if self.index.has_keys(prefix, _succ(prefix), view.ids):
+            return DIR
+        raise not_found(path)
+
+    # ----- listings --------------------------------------------------------------------------------
+    def listdir(self, path: str) -> Iterator[tuple[str, bool]]:
+        """(name, is_dir) of the entries of folder ``path``, lazily (without ``.`` and ``..``)."""
+        comps = [c for c in path.split("/") if c]
+        if not comps:
+            yield (BY_SHARD, True)
+            if self.splits:
+                yield (BY_SPLIT, True)
+            yield from self._list_in(self.root, "", _SPECIAL)
+            return
+        head = comps[0]
+        if head == BY_SPLIT and self.splits:
+            if len(comps) == 1:
+                yield from ((name, True) for name in self.splits if _valid(name))
+                return
+            view = self.splits.get(comps[1])
+            if view is None:
+                raise not_found(path)
+            yield from self._list_in(view, "/".join(comps[2:]))
+            return
+        if head == BY_SHARD:
+            for i in range(2, len(comps) + 1):
+                tar_file_id = self.shard_ids.get("/".join(comps[1:i]))
+                if tar_file_id is not None:
+                    yield from self._list_in(self._shard_view(tar_file_id), "/".join(comps[i:]))
+                    return
+            yield from self._list_shard_folder("/".join(comps[1:]) + "/" if len(comps) > 1 else "")
+            return
+        yield from self._list_in(self.root, "/".join(comps))
+
+    def _list_shard_folder(self, prefix: str) -> Iterator[tuple[str, bool]]:
+        seen: set[str] = set()
+        i = bisect.bisect_left(self._sorted_shards, prefix)
+        while i < len(self._sorted_shards) and self._sorted_shards[i].startswith(prefix):
+            name = self._sorted_shards[i][len(prefix) :].split("/", 1)[0]
+            if name not in seen and _valid(name):
+                seen.add(name)
+                yield (name, True)
+            i += 1
+
+    def _list_in(self, view: _View, rel: str, hide: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
+        if self.layout == "flat":
+            if not rel and view.shard_order and view.ids:
+                return self._list_shard(view, flat=True)
+            return self._list_flat(view, rel + "/" if rel else "", hide)
+        return self._list_samples(view, rel, hide)
+
+    def _part_suffixes(self, parts: str) -> tuple[str, ...]:
+        """"jpg/txt" -> (".jpg", ".txt"), cached: most samples share one set of part names."""
+        suffixes = self._suffixes.get(parts)
+        if suffixes is None:
+            if len(self._suffixes) > 4096:
+                self._suffixes.clear()
+            suffixes = self._suffixes[parts] = tuple(dict.fromkeys("." + p for p in parts.split("/")))
+        return suffixes
+
+    def _folder_ok(self, view: _View, prefix: str, name: str, hide: frozenset[str]) -> bool:
+        """A subfolder is listed unless its name is invalid, hidden, or a member's file name."""
+        if not _valid(name) or name in hide:
+            return False
+        if self.layout == "flat" and "." in name:
+            kp = split_name(prefix + name)
+            return kp is None or self._member(view, *kp) is None
+        return True
+
+    def _list_flat(self, view: _View, prefix: str, hide: frozenset[str]) -> Iterator[tuple[str, bool]]:
+        """Files ``<key>.<part>`` and subfolders under ``prefix``, a page of samples at a time."""
+        n, hi = len(prefix), (_succ(prefix) if prefix else None)
+        lo, after = prefix, False
+        while True:
+            rows = self.index.part_page(lo, hi, after=after, tar_ids=view.ids, limit=PAGE)
+            skip: str | None = None
+            for key, tar_file_id, parts in rows:
+                if skip is not None and key.startswith(skip):
+                    continue
+                slash = key.find("/", n)
+                if slash >= 0:
+                    skip = key[: slash + 1]
+                    if self._folder_ok(view, prefix, key[n:slash], hide):
+                        yield (key[n:slash], True)
+                    continue
+                if parts is None or (view.excluded and self._excluded(view, tar_file_id, key)):
+                    continue
+                rest = key[n:]
+                for suffix in self._part_suffixes(parts):
+                    if rest or _valid(suffix):
+                        yield (rest + suffix, False)
+            if len(rows) < PAGE:
+                return
+            last = rows[-1][0]
+            if skip is not None and last.startswith(skip):
+                lo, after = _succ(skip), False
+            else:
+                lo, after = last, True
+
+    def _list_shard(self, view: _View, flat: bool) -> Iterator[tuple[str, bool]]:
+        """A shard's root in tar order (as the shard would extract); each subfolder listed once."""
+        assert view.ids is not None
+        tar_file_id = view.ids[0]
+        folders: set[str] = set()
+        after = -1
+        while True:
+            rows = self.index.shard_page(tar_file_id, after, PAGE, parts=flat)
+            for key, _, parts in rows:
+                slash = key.find("/")
+                if slash >= 0:
+                    name = key[:slash]
+                    if name not in folders:
+                        folders.add(name)
+                        if self._folder_ok(view, "", name, frozenset()) and (flat or not self._sample_in(view, name)):
+                            yield (name, True)
+                elif not flat:
+                    if _valid(key):
+                        yield (key, True)
+                elif parts is not None:
+                    for suffix in self._part_suffixes(parts):
+                        yield (key + suffix, False)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][1]
+
+    def _sample_in(self, view: _View, key: str) -> bool:
+        loc = self.index.locate(key)
+        return loc is not None and view.has(loc.tar_file_id)
+
+    def _list_samples(self, view: _View, rel: str, hide: frozenset[str]) -> Iterator[tuple[str, bool]]:
+        """The parts of sample ``rel`` (if it is one), then its subfolders: sample folders and
+        folders of keys, each once."""
+        parts: set[str] = set()
+        if rel:
+            loc = self.index.locate(rel)
+            if loc is not None and view.has(loc.tar_file_id) and not self._excluded(view, loc.tar_file_id, rel):
+                for part, _, _ in self.index.parts(loc.tar_file_id, loc.sample_index):
+                    if part not in parts and _valid(part):
+                        parts.add(part)
+                        yield (part, False)
+        elif view.shard_order and view.ids:
+            yield from self._list_shard(view, flat=False)
+            return
+        prefix = rel + "/" if rel else ""
+        n, hi = len(prefix), (_succ(prefix) if prefix else None)
+        lo, after = prefix, False
+        leaves: set[str] = set()  # sample folders listed, which a later key "<name>/..." would repeat
+        while True:
+            rows = self.index.key_page(lo, hi, after=after, tar_ids=view.ids, limit=PAGE)
+            skip: str | None = None
+            for key, tar_file_id, _ in rows:
+                if skip is not None and key.startswith(skip):
+                    continue
+                slash = key.find("/", n)
+                if slash >= 0:
+                    skip = key[: slash + 1]
+                    name = key[n:slash]
+                    if name not in leaves and name not in parts and self._folder_ok(view, prefix, name, hide):
+                        yield (name, True)
+                    continue
+                name = key[n:]
+                if name in parts or not _valid(name) or (view.excluded and self._excluded(view, tar_file_id, key)):
+                    continue
+                leaves.add(name)
+                if len(leaves) > 4096:  # keys past "<name>0" can no longer repeat <name>
+                    leaves = {x for x in leaves if x + "0" > name}
+                yield (name, True)
+            if len(rows) < PAGE:
+                return
+            last = rows[-1][0]
+            if skip is not None and last.startswith(skip):
+                lo, after = _succ(skip), False
+            else:
+                lo, after = last, True
+
+
+class MultiTree:
+    """A metadataset: one folder per dataset, each holding that dataset's ``Tree``."""
+
+    def __init__(self, trees: dict[str, Tree]) -> None:
+        self.trees = trees
+
+    def all_trees(self) -> list[Tree]:
+        return list(self.trees.values())
+
+    def source(self, path: str) -> Tree | None:
+        comps = [c for c in path.split("/") if c]
+        return self.trees.get(comps[0]) if comps else None
+
+    def _inner(self, path: str) -> tuple[Tree, str]:
+        comps = [c for c in path.split("/") if c]
+        tree = self.trees.get(comps[0]) if comps else None
+        if tree is None:
+            raise not_found(path)
+        return tree, "/" + "/".join(comps[1:])
+
+    def lookup(self, path: str) -> Node:
+        if not path.strip("/"):
+            return DIR
+        tree, rest = self._inner(path)
+        return tree.lookup(rest)
+
+    def listdir(self, path: str) -> Iterator[tuple[str, bool]]:
+        if not path.strip("/"):
+            return iter([(name, True) for name in self.trees])
+        tree, rest = self._inner(path)
+        return tree.listdir(rest)
