@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from .dataset import Dataset
 from .errors import PathEscapeError, SampleNotFoundError, StorageError
 from .keys import split_name
-from .storage import ByteRange, FsspecStorage, Storage, open_storage
+from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, merge_ranges, open_storage
 
 __all__ = ["FileStore", "IndexedTarStore", "FolderStore", "open_file_store", "FILESYSTEM_PREFIX"]
 
@@ -133,7 +133,8 @@ class _MemberIndex:
         return conn
 
     def lookup(self, key: str, part: str) -> tuple[int, int, int] | None:
-        row: tuple[int, int, int] | None = self._conn().execute(self.SQL, (key, part)).fetchone()
+        conn = self._local.__dict__.get("conn") if self._pid == os.getpid() else None
+        row: tuple[int, int, int] | None = (conn or self._conn()).execute(self.SQL, (key, part)).fetchone()
         return row
 
 
@@ -212,7 +213,25 @@ class IndexedTarStore(FileStore):
     def get_many(self, names: Iterable[str]) -> list[bytes]:
         if self._members is None:
             return [self[n] for n in names]
-        return super().get_many(names)
+        if self._read_at is None:
+            return super().get_many(names)  # remote: merged ranges, read concurrently
+        # Local: page-cache reads are CPU work, a thread pool only adds to it; neighbours still merge.
+        names = list(names)
+        hits = self._locate_many(names)
+        by_shard: dict[str, list[int]] = {}
+        for i, (name, hit) in enumerate(zip(names, hits, strict=True)):
+            if hit is None:
+                raise self._missing(name)
+            by_shard.setdefault(hit[0], []).append(i)
+        out: list[bytes] = [b""] * len(names)
+        for shard, idxs in by_shard.items():
+            ranges = [hits[i][1] for i in idxs]  # type: ignore[index]
+            for cover, members in merge_ranges(ranges, getattr(self.storage, "merge_gap", MERGE_GAP)):
+                data = self._read_at(shard, cover.offset, cover.size)
+                for m in members:
+                    r = ranges[m]
+                    out[idxs[m]] = data[r.offset - cover.offset : r.end - cover.offset]
+        return out
 
     def __getitem__(self, name: str) -> bytes:
         # The hot path of aux lookups: one indexed query, one read; nothing else per call.
