@@ -492,12 +492,16 @@ def _info_mtime(info: dict[str, Any]) -> float | None:
         return None
 
 
-#: Exception class names (anywhere in the cause chain) that mean "try again": dropped or refused
-#: connections and timeouts of aiohttp, botocore and the standard library.
+#: Exception class names (anywhere in the cause chain) that mean "try again": dropped connections
+#: and timeouts of aiohttp, botocore and the standard library.
 _TRANSIENT_NAMES = (
-    "ServerDisconnected", "ClientConnector", "ClientOSError", "ClientPayloadError", "ConnectionClosed",
-    "EndpointConnection", "ReadTimeout", "ConnectTimeout", "ResponseStreaming", "IncompleteRead", "ProtocolError",
+    "ServerDisconnected", "ClientOSError", "ClientPayloadError", "ConnectionClosed",
+    "ReadTimeout", "ResponseStreaming", "IncompleteRead", "ProtocolError",
 )
+#: Nothing answered at all (wrong endpoint, server down): the client has already retried
+#: connecting with its own backoff (botocore: 5 attempts), so retrying that again only multiplies
+#: the wait before the user learns the endpoint is wrong.
+_UNREACHABLE_NAMES = ("EndpointConnectionError", "ConnectionRefusedError", "ClientConnectorError", "ConnectTimeout")
 #: S3 error codes that mean "try again".
 _TRANSIENT_CODES = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException")
 #: errno values s3fs gives 5xx answers (EBUSY: 503/SlowDown, EREMOTEIO: 500/InternalError).
@@ -518,7 +522,10 @@ def _transient(e: BaseException) -> bool:
 
     Not-found, permission and invalid-range errors are not: retrying cannot fix them.
     """
-    for err in _chain(e):
+    chain = list(_chain(e))
+    if any(type(err).__name__ in _UNREACHABLE_NAMES for err in chain):
+        return False
+    for err in chain:
         if isinstance(err, (FileNotFoundError, PermissionError)):
             return False
         if isinstance(err, (ConnectionError, TimeoutError)):
