@@ -55,6 +55,7 @@ lint: venv
 bench: venv
 	$(PY) tools/bench/prepare.py
 	$(PY) tools/bench/read.py
+	$(PY) tools/bench/aux.py
 
 clean:
 	rm -rf $(VENV) $(ENERGON6) demo-data .pytest_cache
