@@ -24,10 +24,10 @@ from . import nvmeta
 from .errors import DatasetNotPreparedError, IndexVersionError, SampleNotFoundError, StaleIndexError, StorageError
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
-from .keys import group_samples, split_name
+from .keys import split_name
 from .samples import Sample
 from .storage import ByteRange, Storage, open_storage
-from .tarscan import REGULAR, iter_members
+from .tarscan import plain_members, regular_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -222,19 +222,32 @@ class Dataset:
     def __len__(self) -> int:
         return self._starts[-1]
 
-    def locate(self, position: int) -> SampleRef:
-        """Shard, index and byte range of the sample at ``position`` (negative counts from the end)."""
+    def _find(self, position: int) -> tuple[int, int, int]:
+        """(shard number in the split, index in that shard, position), negative positions counting
+        from the end."""
         n = self._starts[-1]
         if position < 0:
             position += n
         if not 0 <= position < n:
             raise SampleNotFoundError(f"position {position} out of range (dataset has {n} samples)", path=self.url)
         k = bisect.bisect_right(self._starts, position) - 1
+        return k, position - self._starts[k], position
+
+    def _sample_range(self, shard: ShardRef, j: int) -> tuple[int, int]:
+        """(offset, size) of sample ``j`` of ``shard`` from its ``.tar.idx``; ``.item`` reads the
+        memory map straight into Python ints (indexing a memmap goes through Python code)."""
+        offs = self._offsets.get(shard.tar_file_id)
+        if offs is None:
+            offs = self._shard_offsets(shard)
+        start: int = offs.item(j)
+        return start, offs.item(j + 1) - start
+
+    def locate(self, position: int) -> SampleRef:
+        """Shard, index and byte range of the sample at ``position`` (negative counts from the end)."""
+        k, j, position = self._find(position)
         shard = self.shards[k]
-        j = position - self._starts[k]
-        offs = self._shard_offsets(shard)
-        start = int(offs[j])
-        return SampleRef(shard, j, ByteRange(start, int(offs[j + 1]) - start), position)
+        start, size = self._sample_range(shard, j)
+        return SampleRef(shard, j, ByteRange(start, size), position)
 
     def _locate_key(self, key: str) -> SampleRef:
         loc = self.index.locate(key)
@@ -254,33 +267,53 @@ class Dataset:
         name = self.info.shards[tar_file_id]
         return ShardRef(name, tar_file_id, self.info.shard_counts[name])
 
-    def _read(self, refs: Sequence[SampleRef]) -> list[Sample]:
+    def _read(self, refs: Sequence[SampleRef]) -> list[Any]:
         for ref in refs:
-            self._check_shard(ref.shard)
+            if ref.shard.tar_file_id not in self._checked:
+                self._check_shard(ref.shard)
         if len(refs) == 1:
             ref = refs[0]
             datas = [self.storage.read_range(ref.shard.name, ref.range)]
         else:
             datas = self.storage.read_ranges([(r.shard.name, r.range) for r in refs])
-        return [self._build(ref, data) for ref, data in zip(refs, datas)]
+        return [self._build(ref.shard, ref.position, ref.range.offset, data) for ref, data in zip(refs, datas, strict=True)]
 
-    def _build(self, ref: SampleRef, data: bytes) -> Sample:
-        """Cut a sample's parts out of its raw tar bytes."""
-        where = self.storage.url(ref.shard.name)
-        members = iter_members(lambda o, n: data[o : o + n], len(data), where)
-        recs = list(group_samples(members))
-        if len(recs) != 1:
+    def _read_one(self, shard: ShardRef, position: int | None, offset: int, size: int) -> Any:
+        """One sample from its byte range: the hot path of ``ds[i]`` and ``get``, which builds no
+        ``SampleRef``/``ByteRange`` on the way."""
+        if shard.tar_file_id not in self._checked:
+            self._check_shard(shard)
+        return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size))
+
+    def _build(self, shard: ShardRef, position: int | None, offset: int, data: bytes) -> Any:
+        """Cut a sample's parts out of its raw tar bytes (read from ``offset`` of ``shard``),
+        parsing the headers in memory: plain ustar headers on a fast path, anything else with the
+        full walker."""
+        members = plain_members(data) or regular_members(data, self.storage.url(shard.name))
+        sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
+        key = None
+        for name, start, size in members:
+            kp = split_name(name)
+            if kp is None:
+                continue
+            if key is None:
+                key = kp[0]
+            elif kp[0] != key:
+                raise StaleIndexError(
+                    f"two samples ({key!r}, {kp[0]!r}) in one indexed range: the shard changed since prepare",
+                    path=self.storage.url(shard.name),
+                    offset=offset,
+                )
+            sample[kp[1]] = data[start : start + size]
+        if key is None:
             raise StaleIndexError(
-                f"expected one sample at this range, found {len(recs)}: the shard changed since prepare",
-                path=where,
-                offset=ref.range.offset,
+                "no sample in this indexed range: the shard changed since prepare",
+                path=self.storage.url(shard.name),
+                offset=offset,
             )
-        rec = recs[0]
-        if f"{ref.shard.name}/{rec.key}" in self.excluded:
-            raise SampleNotFoundError("sample is excluded by split.yaml", path=where, member=rec.key)
-        sample = Sample(__key__=rec.key, __shard__=ref.shard.name, __index__=ref.position)
-        for p in rec.parts:
-            sample[p.name] = data[p.offset : p.offset + p.size]
+        if self.excluded and f"{shard.name}/{key}" in self.excluded:
+            raise SampleNotFoundError("sample is excluded by split.yaml", path=self.storage.url(shard.name), member=key)
+        sample["__key__"] = key
         return self._finish(sample)
 
     def _finish(self, sample: Sample) -> Any:
@@ -294,7 +327,17 @@ class Dataset:
     def __getitem__(self, item: int | slice) -> Any:
         if isinstance(item, slice):
             return self.get_many(range(*item.indices(len(self))))
-        return self._read([self.locate(item)])[0]
+        # The random-access hot path, with _sample_range and _read_one written out: every call
+        # saved here is a few percent of a read from the page cache.
+        k, j, position = self._find(item)
+        shard = self.shards[k]
+        offs = self._offsets.get(shard.tar_file_id)
+        if offs is None:
+            offs = self._shard_offsets(shard)
+        start = offs.item(j)
+        if shard.tar_file_id not in self._checked:
+            self._check_shard(shard)
+        return self._build(shard, position, start, self.storage.read_at(shard.name, start, offs.item(j + 1) - start))
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
@@ -302,7 +345,8 @@ class Dataset:
     # ----- keys and members ------------------------------------------------------------------
     def get(self, key: str) -> Any:
         """The sample with ``key``; raises ``SampleNotFoundError`` (a ``KeyError``) if none."""
-        return self._read([self._locate_key(key)])[0]
+        ref = self._locate_key(key)
+        return self._read_one(ref.shard, ref.position, ref.range.offset, ref.range.size)
 
     def __contains__(self, key: object) -> bool:
         """True when ``get(key)`` finds the sample (excluded samples are not found)."""
@@ -352,9 +396,9 @@ class Dataset:
         """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
         ref = self._locate_key(key)
         data = self.storage.read_range(ref.shard.name, ref.range)
-        for m in iter_members(lambda o, n: data[o : o + n], len(data), self.storage.url(ref.shard.name)):
-            if m.kind == REGULAR and split_name(m.name) == (key, part):
-                return ref.shard.name, ByteRange(ref.range.offset + m.data_offset, m.size)
+        for member, start, size in regular_members(data, self.storage.url(ref.shard.name)):
+            if split_name(member) == (key, part):
+                return ref.shard.name, ByteRange(ref.range.offset + start, size)
         raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
 
     def read_file(self, name: str) -> bytes:

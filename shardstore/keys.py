@@ -21,6 +21,11 @@ _SKIP_RE = re.compile(r"__[^/]*__($|/)")
 
 def split_name(name: str) -> tuple[str, str] | None:
     """``(key, part)`` for a member name, or None if the name is skipped or has no part."""
+    if "/" not in name and not name.startswith("__"):
+        # The common case, read on every random access: with no folder the rules reduce to
+        # "a non-empty key up to the first dot", and no dunder name can match.
+        key, dot, part = name.partition(".")
+        return (key, part) if dot and key else None
     if _SKIP_RE.match(name):
         return None
     m = _NAME_RE.match(name)

@@ -14,13 +14,24 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from zlib import adler32
 
 from .errors import TarFormatError, TruncatedTarError
 from .storage import ByteRange, Storage
 
-__all__ = ["TarMember", "iter_members", "scan_storage", "HeaderSource", "REGULAR", "DIRECTORY"]
+__all__ = [
+    "TarMember",
+    "iter_members",
+    "regular_members",
+    "plain_members",
+    "scan_storage",
+    "HeaderSource",
+    "REGULAR",
+    "DIRECTORY",
+]
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
@@ -86,6 +97,22 @@ def _not_a_tar(hdr: bytes, path: str, why: str) -> TarFormatError:
     return TarFormatError(f"{what} ({why})", path=path, offset=0)
 
 
+def _unsigned_checksum(buf: bytes, at: int = 0) -> int:
+    """The ustar checksum of the header at ``buf[at:at+512]``: its bytes summed, the checksum field
+    counted as 8 spaces.
+
+    ``sum(bytes)`` loops in Python; adler32 sums in C, and the low half of an adler32 is
+    ``1 + sum`` modulo 65521. Each 256-byte half sums to at most 65280 < 65521, so per half the
+    value is exact.
+    """
+    return (
+        (adler32(buf[at : at + 256]) & 0xFFFF)
+        + (adler32(buf[at + 256 : at + BLOCK]) & 0xFFFF)
+        - (adler32(buf[at + 148 : at + 156]) & 0xFFFF)
+        + 255  # +256 for the 8 spaces, -1 for the adler32 start value counted twice and removed once
+    )
+
+
 def _check_header(hdr: bytes, path: str, offset: int) -> None:
     try:
         stored = _number(hdr[148:156], path, offset, "checksum") if hdr[148] not in (0o200, 0o377) else -1
@@ -93,7 +120,7 @@ def _check_header(hdr: bytes, path: str, offset: int) -> None:
         if offset == 0:
             raise _not_a_tar(hdr, path, e.detail) from None
         raise
-    unsigned = sum(hdr) - sum(hdr[148:156]) + 256
+    unsigned = _unsigned_checksum(hdr)
     if stored == unsigned:
         return
     signed = unsigned - 2 * sum(b for b in hdr[:148] + hdr[156:] if b > 127)
@@ -218,6 +245,58 @@ def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[T
             name = name.removesuffix("/") if long_name else name.rstrip("/")
         yield TarMember(name, kind, first, data_offset, size if skip or kind == REGULAR else 0)
         offset = data_offset + skip
+
+
+#: The fields of a ustar header the fast path reads: name, size, type flag, magic.
+_USTAR_FIELDS = struct.Struct("100s24x12s20xc100x5s")
+
+
+def plain_members(data: bytes) -> list[tuple[str, int, int]] | None:
+    """``regular_members``'s fast path, for runs of plain ustar regular files: no extension
+    header, type '0', octal fields. None as soon as one header is anything else (the caller then
+    falls back to ``regular_members``).
+
+    The header checksum is not recomputed here (it would cost a quarter of a random read):
+    prepare verified every header when it built the index, and a shard that changed since is
+    caught by the size/ETag check and by what this does check: the ustar magic and type of every
+    header, sizes that parse and chain exactly to the end of ``data``.
+    """
+    out = []
+    pos, n = 0, len(data)
+    unpack = _USTAR_FIELDS.unpack_from
+    try:
+        while pos < n:
+            name, size_field, typeflag, magic = unpack(data, pos)
+            if typeflag != b"0" or magic != b"ustar":
+                return None
+            size = int(size_field.rstrip(b"\0 "), 8)
+            text = _text(name)
+            if data[pos + 345]:  # ustar name prefix
+                text = _text(data[pos + 345 : pos + 500]) + "/" + text
+            if text[-1:] == "/":  # an old-style directory entry
+                return None
+            start = pos + BLOCK
+            pos = start + ((size + BLOCK - 1) & -BLOCK)
+            out.append((text, start, size))
+    except (ValueError, struct.error):  # not plain octal (GNU base-256, garbage); a short buffer
+        return None
+    return out if pos == n else None
+
+
+def regular_members(data: bytes, path: str) -> list[tuple[str, int, int]]:
+    """``(name, data offset, size)`` of the regular files in ``data``, an in-memory run of whole
+    members such as one sample's byte range; offsets are relative to ``data``.
+
+    This is the random-access read path, so plain ustar headers (what webdataset and Python's
+    ``tarfile`` write) are parsed with one ``struct`` unpack each; anything else (PAX or GNU
+    extension headers, other member types, a bad checksum, a short buffer) goes through
+    ``iter_members``, which handles every format and raises the errors, naming ``path``.
+    """
+    members = plain_members(data)
+    if members is None:
+        walked = iter_members(lambda o, n: data[o : o + n], len(data), path)
+        members = [(m.name, m.data_offset, m.size) for m in walked if m.kind == REGULAR]
+    return members
 
 
 class _BlockCache:

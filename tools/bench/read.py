@@ -1,0 +1,578 @@
+"""Read benchmark: shardstore against Energon's own readers and the bare I/O floor, in one run.
+
+Figures (warm page cache, one thread, fixed seed):
+
+- by position: ``ds[i]`` for random positions (raw bytes) vs Energon's ``ShardInfosITarReader``
+  vs a bare ``os.pread`` loop over the same byte ranges (ranges taken from the ``.tar.idx``
+  files beforehand, so the loop does nothing but the unavoidable reads);
+- by key: ``ds.get(key)`` vs Energon's ``SqliteITarEntryReader``;
+- by member name: ``ds.read_file("key.part")`` vs Energon's ``WebdatasetFileStore``;
+- sequential: ``ds.iter()`` over the whole split vs reading every shard front to back;
+- S3 (local server, direct and through a proxy adding 20 ms per request): 256 random samples
+  with ``ds.get_many`` vs a one-by-one loop.
+
+Every reader is checked to return the same bytes as the others on a prefix of the positions
+before anything is timed. shardstore and the floor run ``--repeat`` times (best run kept);
+Energon's readers run once (each run is already tens of seconds of steady work).
+
+Example: .venv/bin/python tools/bench/read.py --data /work/bench-data/read
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+
+import shardstore  # noqa: E402
+
+DEFAULT_DATA = "/work/bench-data/read"
+SEED = 20240601
+#: Targets from DESIGN.md section 9: (figure, what it is compared with, minimum ratio).
+TARGETS = [
+    ("position", "energon", 20.0),
+    ("position", "floor", 0.5),
+    ("key", "energon", 10.0),
+    ("member", "energon", 5.0),
+    ("s3", "one_by_one", 10.0),
+    ("s3_delay", "one_by_one", 10.0),
+]
+
+
+@dataclass
+class Figure:
+    """One timed loop: how many items, how long the best run took, how many payload bytes."""
+
+    name: str
+    items: int
+    seconds: float
+    nbytes: int = 0
+    runs: int = 1
+
+    @property
+    def per_s(self) -> float:
+        return self.items / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.nbytes / self.seconds / 1e6 if self.seconds > 0 else float("inf")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "items": self.items,
+            "seconds": round(self.seconds, 4),
+            "per_s": round(self.per_s, 1),
+            "mb_per_s": round(self.mb_per_s, 1),
+            "runs": self.runs,
+        }
+
+
+@dataclass
+class Section:
+    """A group of figures (one per reader) measured on the same items."""
+
+    name: str
+    figures: dict[str, Figure] = field(default_factory=dict)
+    skipped: str | None = None
+    note: str = ""
+
+    def ratio(self, a: str, b: str) -> float | None:
+        if a in self.figures and b in self.figures:
+            return self.figures[a].per_s / self.figures[b].per_s
+        return None
+
+
+def timed(name: str, fn: Callable[[], int], items: int, repeat: int) -> Figure:
+    """Run ``fn`` (which returns the payload bytes it read) ``repeat`` times; keep the fastest."""
+    best, nbytes = float("inf"), 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        nbytes = fn()
+        best = min(best, time.perf_counter() - t0)
+    return Figure(name, items, best, nbytes, repeat)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# ----- data and the floor ---------------------------------------------------------------------------
+
+
+class Floor:
+    """The bare I/O: open file descriptors and byte ranges computed before any timing."""
+
+    def __init__(self, ds: shardstore.Dataset) -> None:
+        self.root = ds.url
+        self.fds = [os.open(os.path.join(self.root, s.name), os.O_RDONLY) for s in ds.shards]
+        self.offsets = [np.fromfile(os.path.join(self.root, s.name + ".idx"), dtype="<u8") for s in ds.shards]
+        self.starts = np.cumsum([0] + [s.count for s in ds.shards])
+
+    def ranges(self, positions: list[int]) -> list[tuple[int, int, int]]:
+        """(fd, size, offset) of each position's sample, straight from the ``.tar.idx`` arrays."""
+        out = []
+        for p in positions:
+            k = int(np.searchsorted(self.starts, p, side="right")) - 1
+            j = p - int(self.starts[k])
+            off = int(self.offsets[k][j])
+            out.append((self.fds[k], int(self.offsets[k][j + 1]) - off, off))
+        return out
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+
+
+def pread_loop(ranges: list[tuple[int, int, int]]) -> Callable[[], int]:
+    def run() -> int:
+        pread = os.pread
+        n = 0
+        for fd, size, off in ranges:
+            n += len(pread(fd, size, off))
+        return n
+
+    return run
+
+
+def warm_cache(ds: shardstore.Dataset) -> float:
+    """Read every shard and index file once so all readers start from a warm page cache."""
+    t0 = time.perf_counter()
+    buf = bytearray(8 << 20)
+    for s in ds.shards:
+        for name in (s.name, s.name + ".idx"):
+            with open(os.path.join(ds.url, name), "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+    with open(os.path.join(ds.url, ".nv-meta", "index.sqlite"), "rb") as f:
+        while f.read(8 << 20):
+            pass
+    return time.perf_counter() - t0
+
+
+def sample_bytes(sample: Any) -> int:
+    return sum(len(v) for k, v in sample.items() if not k.startswith("__"))
+
+
+def parts_of(sample: Any) -> dict[str, bytes]:
+    return {k: bytes(v) for k, v in sample.items() if not k.startswith("__")}
+
+
+# ----- Energon ---------------------------------------------------------------------------------------
+
+
+class Energon:
+    """Energon's readers over the same prepared folder (its `.nv-meta` is the same format)."""
+
+    def __init__(self, path: str, split: str) -> None:
+        from megatron.energon.epathlib import EPath
+        from megatron.energon.flavors.webdataset.metadata import WebdatasetMeta
+
+        self.path = EPath(path)
+        self.meta = WebdatasetMeta.from_config(self.path, split_part=split)
+        self.version = _energon_version()
+
+    def position_reader(self) -> Any:
+        from megatron.energon.flavors.webdataset.itar_reader import ShardInfosITarReader
+
+        # itar_cache_size as Energon's own training loader sets it (16 parallel shard iterators).
+        return ShardInfosITarReader(self.path, self.meta.shards, itar_cache_size=16)
+
+    def key_reader(self) -> Any:
+        from megatron.energon.flavors.webdataset.itar_reader import SqliteITarEntryReader
+
+        return SqliteITarEntryReader(self.path)
+
+    def file_store(self) -> Any:
+        from megatron.energon.cache.file_store import WebdatasetFileStore
+
+        return WebdatasetFileStore(self.path)
+
+
+def _energon_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("megatron-energon")
+    except Exception:  # noqa: BLE001 - only for the report
+        return "?"
+
+
+# ----- sections --------------------------------------------------------------------------------------
+
+
+def bench_position(
+    ds: shardstore.Dataset,
+    positions: list[int],
+    floor: Floor,
+    energon: Energon | None,
+    repeat: int,
+    check: int,
+) -> Section:
+    sec = Section("position", note=f"{len(positions)} random positions, raw bytes")
+    ranges = floor.ranges(positions)
+    reader = energon.position_reader() if energon else None
+    for p, (fd, size, off) in zip(
+        positions[:check], ranges[:check], strict=True
+    ):  # same bytes from every reader
+        ours = ds[p]
+        raw = os.pread(fd, size, off)
+        for part, data in parts_of(ours).items():
+            assert data in raw, f"position {p}: part {part} is not inside the sample's byte range"
+        if reader is not None:
+            theirs = reader[p]
+            assert theirs["__key__"] == ours["__key__"], (p, theirs["__key__"], ours["__key__"])
+            assert parts_of(theirs) == parts_of(ours), f"position {p}: Energon and shardstore differ"
+
+    def ours() -> int:
+        n = 0
+        for p in positions:
+            n += sample_bytes(ds[p])
+        return n
+
+    sec.figures["floor"] = timed("floor", pread_loop(ranges), len(positions), repeat)
+    sec.figures["shardstore"] = timed("shardstore", ours, len(positions), repeat)
+    if reader is not None:
+
+        def theirs() -> int:
+            n = 0
+            for p in positions:
+                n += sample_bytes(reader[p])
+            return n
+
+        sec.figures["energon"] = timed("energon", theirs, len(positions), 1)
+        reader.close()
+    return sec
+
+
+def bench_key(
+    ds: shardstore.Dataset,
+    keys: list[str],
+    ranges: list[tuple[int, int, int]],
+    energon: Energon | None,
+    repeat: int,
+    check: int,
+) -> Section:
+    sec = Section("key", note=f"{len(keys)} random keys, raw bytes")
+    reader = energon.key_reader() if energon else None
+    for k in keys[:check]:
+        ours = ds.get(k)
+        assert ours["__key__"] == k
+        if reader is not None:
+            assert parts_of(reader[k]) == parts_of(ours), f"key {k}: Energon and shardstore differ"
+
+    def ours() -> int:
+        n = 0
+        get = ds.get
+        for k in keys:
+            n += sample_bytes(get(k))
+        return n
+
+    sec.figures["floor"] = timed("floor", pread_loop(ranges), len(keys), repeat)
+    sec.figures["shardstore"] = timed("shardstore", ours, len(keys), repeat)
+    if reader is not None:
+
+        def theirs() -> int:
+            n = 0
+            for k in keys:
+                n += sample_bytes(reader[k])
+            return n
+
+        sec.figures["energon"] = timed("energon", theirs, len(keys), 1)
+        reader.close()
+    return sec
+
+
+def bench_member(
+    ds: shardstore.Dataset, names: list[str], floor: Floor, energon: Energon | None, repeat: int, check: int
+) -> Section:
+    sec = Section("member", note=f"{len(names)} random member names (jpg/txt/json), payload only")
+    fds = {s.name: fd for s, fd in zip(ds.shards, floor.fds, strict=True)}
+    ranges = []
+    for name in names:  # the floor reads exactly the payload, its range looked up beforehand
+        shard, rng = ds.member_range(name)
+        ranges.append((fds[shard], rng.size, rng.offset))
+    store = energon.file_store() if energon else None
+    for name, (fd, size, off) in zip(names[:check], ranges[:check], strict=True):
+        ours = ds.read_file(name)
+        assert ours == os.pread(fd, size, off)
+        if store is not None:
+            assert store[name][0] == ours, f"member {name}: Energon and shardstore differ"
+
+    def ours() -> int:
+        n = 0
+        read_file = ds.read_file
+        for name in names:
+            n += len(read_file(name))
+        return n
+
+    sec.figures["floor"] = timed("floor", pread_loop(ranges), len(names), repeat)
+    sec.figures["shardstore"] = timed("shardstore", ours, len(names), repeat)
+    if store is not None:
+
+        def theirs() -> int:
+            n = 0
+            for name in names:
+                n += len(store[name][0])
+            return n
+
+        sec.figures["energon"] = timed("energon", theirs, len(names), 1)
+        store.close()
+    return sec
+
+
+def bench_sequential(ds: shardstore.Dataset, repeat: int) -> Section:
+    sec = Section("sequential", note=f"the whole split ({len(ds)} samples) in order")
+    try:
+        it = ds.iter()
+        first = next(it)
+    except (ImportError, NotImplementedError, AttributeError) as e:
+        sec.skipped = f"ds.iter() is not available yet ({type(e).__name__}: {e})"
+        return sec
+    assert first["__key__"] == ds[0]["__key__"]
+
+    def ours() -> int:
+        n = 0
+        count = 0
+        for sample in ds.iter():
+            n += sample_bytes(sample)
+            count += 1
+        assert count == len(ds), (count, len(ds))
+        return n
+
+    def floor() -> int:
+        buf = bytearray(8 << 20)
+        n = 0
+        for s in ds.shards:
+            fd = os.open(os.path.join(ds.url, s.name), os.O_RDONLY)
+            try:
+                while k := os.readv(fd, [buf]):
+                    n += k
+            finally:
+                os.close(fd)
+        return n
+
+    sec.figures["floor"] = timed("floor", floor, len(ds), repeat)
+    sec.figures["shardstore"] = timed("shardstore", ours, len(ds), repeat)
+    return sec
+
+
+# ----- S3 --------------------------------------------------------------------------------------------
+
+S3_SAMPLES = 256
+
+
+def _s3_tools() -> tuple[Any, Any] | str:
+    """The local S3 server and delay proxy helpers, or why they cannot be used."""
+    missing = [f for f in ("s3server.py", "delayproxy.py") if not (ROOT / "tools" / f).exists()]
+    if missing:
+        return f"tools/{' and tools/'.join(missing)} not there yet"
+    try:
+        import delayproxy
+        import s3server
+    except Exception as e:  # noqa: BLE001 - report and skip
+        return f"cannot import the S3 tools: {type(e).__name__}: {e}"
+    return s3server, delayproxy
+
+
+def bench_s3(ds: shardstore.Dataset, seed: int, repeat: int) -> list[Section]:
+    tools = _s3_tools()
+    if isinstance(tools, str):
+        return [Section("s3", skipped=tools), Section("s3_delay", skipped=tools)]
+    s3server, delayproxy = tools
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(s3_serving(s3server, ds.url))
+        url, options = server
+        sections = [_s3_section("s3", url, options, ds, seed, repeat, "local S3 server, direct")]
+        proxy = stack.enter_context(delayproxy_around(delayproxy, options))
+        sections.append(
+            _s3_section(
+                "s3_delay",
+                url,
+                proxy,
+                ds,
+                seed,
+                repeat,
+                "local S3 server through a proxy adding 20 ms per request",
+            )
+        )
+    return sections
+
+
+@contextlib.contextmanager
+def s3_serving(s3server: Any, local_root: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    raise NotImplementedError  # filled in once tools/s3server.py exists
+    yield "", {}
+
+
+@contextlib.contextmanager
+def delayproxy_around(delayproxy: Any, options: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    raise NotImplementedError  # filled in once tools/delayproxy.py exists
+    yield {}
+
+
+def _s3_section(
+    name: str, url: str, options: dict[str, Any], local: shardstore.Dataset, seed: int, repeat: int, note: str
+) -> Section:
+    sec = Section(name, note=f"{S3_SAMPLES} random samples, {note}")
+    ds = shardstore.open(url, split=local.split, storage_options=options)
+    rng = random.Random(seed + 1)
+    positions = [rng.randrange(len(ds)) for _ in range(S3_SAMPLES)]
+    got = ds.get_many(positions[:8])
+    for p, sample in zip(positions[:8], got, strict=True):
+        assert parts_of(sample) == parts_of(local[p]), f"S3 sample {p} differs from the local one"
+
+    def many() -> int:
+        return sum(sample_bytes(s) for s in ds.get_many(positions))
+
+    def one_by_one() -> int:
+        return sum(sample_bytes(ds[p]) for p in positions)
+
+    sec.figures["get_many"] = timed("get_many", many, S3_SAMPLES, repeat)
+    sec.figures["one_by_one"] = timed("one_by_one", one_by_one, S3_SAMPLES, 1)
+    return sec
+
+
+# ----- report ----------------------------------------------------------------------------------------
+
+
+def ratios(sections: dict[str, Section]) -> list[dict[str, Any]]:
+    out = []
+    for fig, base, target in TARGETS:
+        sec = sections.get(fig)
+        ours = "get_many" if fig.startswith("s3") else "shardstore"
+        r = sec.ratio(ours, base) if sec else None
+        out.append(
+            {
+                "figure": fig,
+                "against": base,
+                "target": target,
+                "ratio": None if r is None else round(r, 3),
+                "ok": None if r is None else r >= target,
+            }
+        )
+    return out
+
+
+def print_report(meta: dict[str, Any], sections: dict[str, Section], checks: list[dict[str, Any]]) -> None:
+    print(
+        f"read benchmark: {meta['data']} ({meta['samples']} samples in {meta['shards']} shards, "
+        f"{meta['gb']:.2f} GB), seed {meta['seed']}, energon {meta['energon']}, warm cache "
+        f"({meta['warm_s']:.1f} s to warm)"
+    )
+    for sec in sections.values():
+        print(f"\n## {sec.name}: {sec.note}")
+        if sec.skipped:
+            print(f"  skipped: {sec.skipped}")
+            continue
+        for fig in sec.figures.values():
+            print(
+                f"  {fig.name:<12} {fig.per_s:>12,.0f} /s  {fig.mb_per_s:>9,.1f} MB/s  "
+                f"({fig.seconds:.3f} s, best of {fig.runs})"
+            )
+    print("\n## ratios (target)")
+    for c in checks:
+        if c["ratio"] is None:
+            print(f"  {c['figure']:<10} vs {c['against']:<10} not measured (target >= {c['target']:g}x)")
+            continue
+        verdict = "ok" if c["ok"] else "BELOW TARGET"
+        shown = f"{c['ratio'] * 100:.0f}%" if c["target"] < 1 else f"{c['ratio']:.1f}x"
+        target = f"{c['target'] * 100:.0f}%" if c["target"] < 1 else f"{c['target']:g}x"
+        print(f"  {c['figure']:<10} vs {c['against']:<10} {shown:>8}   (target >= {target}) {verdict}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=DEFAULT_DATA, help=f"prepared dataset (default {DEFAULT_DATA})")
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--n", type=int, default=20_000, help="random positions / keys / members (default 20000)")
+    ap.add_argument(
+        "--repeat", type=int, default=3, help="runs of the shardstore and floor loops; best is kept"
+    )
+    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    ap.add_argument("--skip-s3", action="store_true", help="skip the S3 section")
+    ap.add_argument("--skip-energon", action="store_true", help="skip Energon's readers")
+    ap.add_argument("--skip-sequential", action="store_true", help="skip sequential iteration")
+    args = ap.parse_args()
+
+    ds = shardstore.open(args.data, split=args.split)
+    log(f"warming the page cache: {ds}")
+    warm_s = warm_cache(ds)
+    rng = random.Random(args.seed)
+    positions = [rng.randrange(len(ds)) for _ in range(args.n)]
+    refs = [ds.locate(p) for p in positions]
+    keys = [ds.index.key_at(r.shard.tar_file_id, r.index) or "" for r in refs]
+    names = [f"{k}.{rng.choice(('jpg', 'txt', 'json'))}" for k in keys]
+    floor = Floor(ds)
+    energon = None if args.skip_energon else Energon(args.data, args.split)
+    check = min(200, args.n)
+    sections: dict[str, Section] = {}
+    log("by position")
+    sections["position"] = bench_position(ds, positions, floor, energon, args.repeat, check)
+    log("by key")
+    sections["key"] = bench_key(ds, keys, floor.ranges(positions), energon, args.repeat, check)
+    log("by member name")
+    sections["member"] = bench_member(ds, names, floor, energon, args.repeat, check)
+    if not args.skip_sequential:
+        log("sequential")
+        sections["sequential"] = bench_sequential(ds, args.repeat)
+    if not args.skip_s3:
+        log("S3")
+        for sec in bench_s3(ds, args.seed, args.repeat):
+            sections[sec.name] = sec
+    floor.close()
+
+    meta = {
+        "data": args.data,
+        "split": args.split,
+        "samples": len(ds),
+        "shards": len(ds.shards),
+        "gb": sum(os.path.getsize(os.path.join(ds.url, s.name)) for s in ds.shards) / 1e9,
+        "seed": args.seed,
+        "n": args.n,
+        "repeat": args.repeat,
+        "warm_s": warm_s,
+        "energon": energon.version if energon else "skipped",
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg()[0],
+    }
+    checks = ratios(sections)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "meta": meta,
+                    "sections": {
+                        k: {
+                            "note": s.note,
+                            "skipped": s.skipped,
+                            "figures": {n: f.as_dict() for n, f in s.figures.items()},
+                        }
+                        for k, s in sections.items()
+                    },
+                    "ratios": checks,
+                },
+                indent=2,
+            )
+        )
+    else:
+        print_report(meta, sections, checks)
+
+
+if __name__ == "__main__":
+    main()
