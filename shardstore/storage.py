@@ -501,7 +501,7 @@ _TRANSIENT_NAMES = (
 #: Nothing answered at all (wrong endpoint, server down): the client has already retried
 #: connecting with its own backoff (botocore: 5 attempts), so retrying that again only multiplies
 #: the wait before the user learns the endpoint is wrong.
-_UNREACHABLE_NAMES = ("EndpointConnectionError", "ConnectionRefusedError", "ClientConnectorError", "ConnectTimeout")
+_UNREACHABLE_NAMES = ("ConnectionRefusedError", "ClientConnectorError", "ConnectTimeoutError")
 #: S3 error codes that mean "try again".
 _TRANSIENT_CODES = ("SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling", "ThrottlingException")
 #: errno values s3fs gives 5xx answers (EBUSY: 503/SlowDown, EREMOTEIO: 500/InternalError).
