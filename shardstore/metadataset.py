@@ -806,8 +806,13 @@ class Source:
         return out
 
     def _tag(self, sample: Any) -> Any:
-        if not isinstance(sample, dict):
-            return sample  # a typed sample from a field map: left as the reader made it
+        if not isinstance(sample, dict):  # a typed sample (a field map): tagged as far as it allows
+            for attr, value in (("__subflavors__", dict(self.spec.subflavors)), ("__source__", self.name), ("aux", self.aux)):
+                try:
+                    setattr(sample, attr, value)
+                except (AttributeError, TypeError):
+                    pass
+            return sample
         out = MetaSample(sample)
         out["__source__"] = self.name
         out["__subflavors__"] = dict(self.spec.subflavors)

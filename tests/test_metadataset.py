@@ -534,3 +534,13 @@ def test_dataloader_workers_split_a_metadataset(poly: dict[str, Any]) -> None:
     )
     got = collections.Counter(tuple(x) for x in loader)
     assert len(got) == 3 * SAMPLES and set(got.values()) == {1}
+
+
+def test_reader_options_decode_and_typed_samples(poly: dict[str, Any]) -> None:
+    decoded = next(iter(open_metadataset(poly["meta"], decode=True)))
+    assert isinstance(decoded, MetaSample) and isinstance(decoded["json"], dict)
+    assert decoded.aux["images"][decoded["json"]["image"]][:6] == b"image-"
+    typed = next(iter(open_metadataset(poly["meta"], field_map={"text": "txt"}, decode=True)))
+    assert type(typed).__name__ == "TextSample" and typed.text.endswith("sample 0")
+    assert typed.__subflavors__ == {"origin": typed.__key__[0]} and typed.__source__.startswith("primary_")
+    assert typed.aux["photos"].get("photos/00001.png") == media_bytes("photo", 1)
