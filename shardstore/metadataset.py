@@ -574,27 +574,34 @@ class _Traversal:
             merged = {**(ref.subflavors or {}), **merged}
         primary = node.entries[0][1]
         return SourceSpec(
-            name="join(" + ", ".join(p[1] for p in parts) + ")", path=primary.path, split_part=parts[0][2],
+            name=primary.path, path=primary.path, split_part=parts[0][2],
             subflavors=merged, subset=subset, weight=None, repetitions=None, dataset_config=primary.dataset_config,
             split_config=primary.split_config, aux=(), where=node.where, join=tuple(parts), joiner=node.joiner,
         )
 
 
+def _short(path: str, root: str) -> str:
+    """``path`` relative to the top YAML's folder when it lies inside it, else as it is."""
+    if is_remote_url(path) or is_remote_url(root):
+        return path[len(root) + 1 :] if path.startswith(root + "/") else path
+    rel = os.path.relpath(path, root)
+    return path if rel.startswith("..") else rel
+
+
 def _flatten(url: str, split: str, storage_options: dict[str, Any] | None) -> tuple[_MetaFile, str, list[SourceSpec]]:
+    """The split's sources; each named by its path relative to the YAML (``#2``, ``#3`` for repeats)."""
     mf = _load_file(url, storage_options)
     mode, specs = _Traversal(storage_options).split(mf, split, {}, None, None)
     root = _folder_of(url)
-    names: dict[str, int] = {}
+    seen: dict[str, int] = {}
     out = []
     for spec in specs:
-        name = spec.name
-        if not is_remote_url(name) and not name.startswith("join(") and not is_remote_url(root):
-            rel = os.path.relpath(name, root)
-            name = rel if not rel.startswith("..") else name
-        elif is_remote_url(name) and name.startswith(root + "/"):
-            name = name[len(root) + 1 :]
-        names[name] = names.get(name, 0) + 1
-        out.append(replace(spec, name=name if names[name] == 1 else f"{name}#{names[name]}"))
+        if spec.join is None:
+            name = _short(spec.path, root)
+        else:
+            name = "join(" + ", ".join(_short(p[1], root) for p in spec.join) + ")"
+        seen[name] = seen.get(name, 0) + 1
+        out.append(replace(spec, name=name if seen[name] == 1 else f"{name}#{seen[name]}"))
     return mf, mode, out
 
 

@@ -332,6 +332,7 @@ def test_join_inside_a_blend_with_subset(join_data: Path) -> None:
         """))
     md = open_metadataset(str(path))
     assert [round(s.weight, 3) for s in md.sources] == [0.667, 0.333]
+    assert [s.name for s in md.sources] == ["join(main, extra)", "main"]
     assert len(md.sources[0]) == 4  # half of the 8 joined rows
     joined = [s for s in md.iter(repeat=False) if s["__source__"].startswith("join(")]
     assert [s["__key__"] for s in joined] == ["k000", "k001", "k002", "k004"]
