@@ -17,10 +17,12 @@ from hypothesis import strategies as st
 from shardstore.errors import TarFormatError
 from shardstore.tarscan import DIRECTORY, REGULAR, TarMember, iter_members
 
+pytestmark = pytest.mark.timeout(120)  # a true hang, which no deadline can interrupt, fails here
+
 FORMATS = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
 FUZZ = settings(
     max_examples=200,
-    deadline=2000,  # ms per example: a walk that loops or crawls fails here, long before the timeout
+    deadline=5000,  # ms per example (each takes about 1 ms): a walk that loops or crawls fails here
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,  # CI runs the same examples every time
     database=None,
