@@ -29,8 +29,6 @@ from typing import Any, BinaryIO
 import numpy as np
 import yaml
 
-import nv_meta_schema
-
 from . import nvmeta
 from .dataset import SHARDSTORE_FORMAT, Dataset
 from .errors import (
@@ -378,6 +376,8 @@ def _schema_problems(storage: Storage, root: str, shards: set[str]) -> list[Prob
     Its per-shard findings (a missing shard or ``.tar.idx``, a ``.tar.idx`` of the wrong size) are
     left to ``check``'s own shard checks, which say more (sizes at prepare, offsets).
     """
+    import nv_meta_schema  # jsonschema is slow to import; only check needs it
+
     per_shard = shards | {nvmeta.tar_idx_path(s) for s in shards}
     return [
         Problem("schema", storage.url(p.file), p.message)
