@@ -10,6 +10,7 @@ go through ``index.sqlite`` (read-only, one connection per thread).
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import os
 import tempfile
@@ -152,9 +153,15 @@ class Dataset:
 
     @property
     def uuid(self) -> str:
-        if not self._has(nvmeta.INDEX_UUID):
-            return "no-uuid"
-        return self.storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}").decode().strip()
+        """``index.uuid`` (read once: on S3 each look costs requests, and it names the index cache)."""
+        cached: str | None = getattr(self, "_uuid", None)
+        if cached is None:
+            if not self._has(nvmeta.INDEX_UUID):
+                cached = "no-uuid"
+            else:
+                cached = self.storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}").decode().strip()
+            self._uuid = cached
+        return cached
 
     def _local_copy(self, rel: str) -> str:
         """A local path for a small index file: itself when local, a cached download when remote."""
@@ -188,7 +195,13 @@ class Dataset:
             rel = nvmeta.tar_idx_path(shard.name)
             try:
                 arr = read_offsets(self._local_copy(rel))
-            except (FileNotFoundError, StorageError):
+            except StorageError as e:
+                if e.errno != errno.ENOENT:  # a failed read (after retries) is not a missing file
+                    raise
+                raise DatasetNotPreparedError(
+                    "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
+                ) from None
+            except FileNotFoundError:
                 raise DatasetNotPreparedError(
                     "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
                 ) from None

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -183,6 +184,20 @@ class Storage(ABC):
             return list(pool.map(lambda job: self.read_range(*job), reads))
 
 
+#: Every live ``LocalStorage``, so a forked child opens its own descriptors (see ``_fd``) without
+#: each read paying for an ``os.getpid()`` check.
+_LOCAL_STORAGES: weakref.WeakSet[LocalStorage] = weakref.WeakSet()
+
+
+def _reopen_after_fork() -> None:
+    for storage in list(_LOCAL_STORAGES):
+        storage._fds, storage._lock, storage._pid = {}, threading.Lock(), os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_after_fork)
+
+
 class LocalStorage(Storage):
     """A local folder: ``os.pread`` on file descriptors kept open per process."""
 
@@ -193,6 +208,7 @@ class LocalStorage(Storage):
         self._fds: dict[str, int] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        _LOCAL_STORAGES.add(self)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root}
@@ -207,8 +223,8 @@ class LocalStorage(Storage):
         return self._abs(path)
 
     def _fd(self, path: str) -> int:
-        if self._pid != os.getpid():  # forked: descriptors are shared with the parent, reopen
-            self._fds, self._lock, self._pid = {}, threading.Lock(), os.getpid()
+        """The cached descriptor of ``path``. A forked child starts with none (``_reopen_after_fork``):
+        the parent's may be closed or replaced under it, and its lock may be held."""
         fd = self._fds.get(path)
         if fd is None:
             with self._lock:
@@ -418,7 +434,12 @@ class FsspecStorage(Storage):
             )
         return data
 
-    def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 32) -> list[bytes]:
+    def read(self, path: str) -> bytes:
+        """A whole (small) file in one GET; the generic version asks for the size first."""
+        data: bytes = self._retry("read", path, lambda: self.fs.cat_file(self._full(path)))
+        return data
+
+    def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 32) -> builtins.list[bytes]:
         return super().read_ranges(requests, max_workers=max_workers)
 
     def _read_merged(self, reads: Sequence[tuple[str, ByteRange]], max_workers: int) -> builtins.list[bytes]:

@@ -163,3 +163,35 @@ def test_reads_by_position_through_the_fallback(tmp_path: Path) -> None:
     assert got == expected
     assert [ds[i]["__index__"] for i in range(len(ds))] == list(range(len(ds)))
     assert ds[-1]["__key__"] == ds[len(ds) - 1]["__key__"]
+
+
+def test_a_forked_child_opens_its_own_index_connection_and_descriptors(tmp_path: Path) -> None:
+    """The per-process state is dropped by an at-fork hook (no getpid() per read): a child that
+    inherits a used Dataset must start with no connection and no descriptors, and read correctly."""
+    import multiprocessing
+
+    root = tmp_path / "ds"
+    (root / "parts").mkdir(parents=True)
+    (root / "parts" / "a.tar").write_bytes(
+        make_tar([(f"k{i}.txt", b"x" * i) for i in range(1, 6)], end_marker=True)
+    )
+    shardstore.prepare(str(root), split_ratio="1,0,0", num_workers=1)
+    ds = shardstore.open(str(root))
+    assert ds.get("k3")["txt"] == b"xxx" and ds[0]["txt"] == b"x"  # parent state: connection and fds in use
+    parent_conn = ds.index._conn()
+    assert ds.storage._fds  # type: ignore[attr-defined]
+
+    def child(q: multiprocessing.Queue[object]) -> None:
+        fresh = getattr(ds.index._local, "conn", None) is None and not ds.storage._fds  # type: ignore[attr-defined]
+        ok = ds.get("k4")["txt"] == b"xxxx" and ds[4]["txt"] == b"xxxxx" and ds.read_file("k2.txt") == b"xx"
+        q.put((fresh, ok, ds.index._conn() is not parent_conn))
+
+    ctx = multiprocessing.get_context("fork")
+    q: multiprocessing.Queue[object] = ctx.Queue()
+    proc = ctx.Process(target=child, args=(q,))
+    proc.start()
+    result = q.get(timeout=60)
+    proc.join(timeout=60)
+    assert result == (True, True, True)
+    assert proc.exitcode == 0
+    assert ds.get("k1")["txt"] == b"x"  # the parent's connection is untouched

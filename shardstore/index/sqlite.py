@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -107,6 +108,20 @@ class SampleLocation:
     size: int
 
 
+#: Every live reader, so a forked child drops the connections it inherited (an SQLite connection
+#: must not cross a fork) without each query paying for an ``os.getpid()`` check.
+_READERS: weakref.WeakSet[IndexReader] = weakref.WeakSet()
+
+
+def _forget_connections_after_fork() -> None:
+    for reader in list(_READERS):
+        reader._local = threading.local()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_connections_after_fork)
+
+
 class IndexReader:
     """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process."""
 
@@ -116,7 +131,7 @@ class IndexReader:
             raise StorageError("index file missing", path=path)
         self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
         self._local = threading.local()
-        self._pid = os.getpid()
+        _READERS.add(self)
         cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
         tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not {"sample_key", "tar_file_id", "sample_index", "byte_offset", "byte_size"} <= cols:
@@ -133,8 +148,7 @@ class IndexReader:
         self.__init__(state["path"])  # type: ignore[misc]
 
     def _conn(self) -> sqlite3.Connection:
-        if self._pid != os.getpid():
-            self._local, self._pid = threading.local(), os.getpid()
+        """This thread's connection (opened on first use; a forked child opens its own)."""
         conn = getattr(self._local, "conn", None)
         if conn is None:
             try:
@@ -144,12 +158,21 @@ class IndexReader:
             self._local.conn = conn
         return conn
 
+    def _cursor(self) -> sqlite3.Cursor:
+        """This thread's cursor for the one-row lookups on the random-access paths (``locate``,
+        ``part``): reusing it saves making one per query, and the connection keeps their
+        prepared statements (sqlite3's statement cache, keyed by the SQL text)."""
+        cur = getattr(self._local, "cur", None)
+        if cur is None:
+            cur = self._local.cur = self._conn().cursor()
+        return cur
+
     def count(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM samples").fetchone()[0])
 
     def locate(self, key: str) -> SampleLocation | None:
         """The sample with ``key``, or None."""
-        row = self._conn().execute(
+        row = self._cursor().execute(
             "SELECT tar_file_id, sample_index, byte_offset, byte_size FROM samples WHERE sample_key=?", (key,)
         ).fetchone()
         return SampleLocation(*row) if row else None
@@ -164,7 +187,7 @@ class IndexReader:
         """(tar_file_id, data offset, size) of member ``key.part``, or None."""
         if not self.has_parts:
             return None
-        row = self._conn().execute(
+        row = self._cursor().execute(
             "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
             "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
             "WHERE s.sample_key=? AND p.part_name=?",
@@ -282,6 +305,7 @@ class IndexReader:
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
+        self._local.cur = None
         if conn is not None:
             conn.close()
             self._local.conn = None
