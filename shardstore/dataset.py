@@ -23,7 +23,7 @@ import numpy as np
 
 from . import nvmeta
 from .errors import DatasetNotPreparedError, IndexVersionError, SampleNotFoundError, StaleIndexError, StorageError
-from .index.sqlite import IndexReader
+from .index.sqlite import IndexReader, SampleLocation
 from .index.taridx import read_offsets
 from .keys import split_name
 from .samples import Sample
@@ -262,13 +262,18 @@ class Dataset:
         start, size = self._sample_range(shard, j)
         return SampleRef(shard, j, ByteRange(start, size), position)
 
-    def _locate_key(self, key: str) -> SampleRef:
+    def _find_key(self, key: str) -> tuple[ShardRef, int | None, SampleLocation]:
+        """(shard, position in the split or None when the shard is not in it, index row) of ``key``."""
         loc = self.index.locate(key)
         if loc is None:
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
-        k = self._shard_pos(loc.tar_file_id)
-        shard = self.shards[k] if k is not None else self._outside_shard(loc.tar_file_id)
-        pos = self._starts[k] + loc.sample_index if k is not None else None
+        k = self._by_id.get(loc.tar_file_id)
+        if k is None:
+            return self._outside_shard(loc.tar_file_id), None, loc
+        return self.shards[k], self._starts[k] + loc.sample_index, loc
+
+    def _locate_key(self, key: str) -> SampleRef:
+        shard, pos, loc = self._find_key(key)
         return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos)
 
     def _shard_pos(self, tar_file_id: int) -> int | None:
@@ -358,8 +363,8 @@ class Dataset:
     # ----- keys and members ------------------------------------------------------------------
     def get(self, key: str) -> Any:
         """The sample with ``key``; raises ``SampleNotFoundError`` (a ``KeyError``) if none."""
-        ref = self._locate_key(key)
-        return self._read_one(ref.shard, ref.position, ref.range.offset, ref.range.size)
+        shard, pos, loc = self._find_key(key)
+        return self._read_one(shard, pos, loc.offset, loc.size)
 
     def __contains__(self, key: object) -> bool:
         """True when ``get(key)`` finds the sample (excluded samples are not found)."""
@@ -396,14 +401,19 @@ class Dataset:
 
     def member_range(self, name: str) -> tuple[str, ByteRange]:
         """(shard, data range) of member ``key.part``."""
+        shard, offset, size = self._member(name)
+        return shard, ByteRange(offset, size)
+
+    def _member(self, name: str) -> tuple[str, int, int]:
+        """(shard, data offset, size) of member ``key.part``: one indexed query."""
         kp = split_name(name)
         hit = self.index.part(*kp) if kp else None
         if hit is None and kp and not self.index.has_parts:
-            return self._member_from_headers(name, *kp)
+            shard, rng = self._member_from_headers(name, *kp)
+            return shard, rng.offset, rng.size
         if hit is None:
             raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
-        tar_file_id, offset, size = hit
-        return self.info.shards[tar_file_id], ByteRange(offset, size)
+        return self.info.shards[hit[0]], hit[1], hit[2]
 
     def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
         """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
@@ -416,11 +426,11 @@ class Dataset:
 
     def read_file(self, name: str) -> bytes:
         """The bytes of one member, ``key.part``: only its payload is read."""
-        shard, rng = self.member_range(name)
-        k = self._shard_pos(self._ids[shard])
-        if k is not None:
+        shard, offset, size = self._member(name)
+        k = self._by_id.get(self._ids[shard])
+        if k is not None and self.shards[k].tar_file_id not in self._checked:
             self._check_shard(self.shards[k])
-        return self.storage.read_range(shard, rng)
+        return self.storage.read_at(shard, offset, size)
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""
