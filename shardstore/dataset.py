@@ -401,19 +401,19 @@ class Dataset:
 
     def member_range(self, name: str) -> tuple[str, ByteRange]:
         """(shard, data range) of member ``key.part``."""
-        shard, offset, size = self._member(name)
-        return shard, ByteRange(offset, size)
+        tar_file_id, offset, size = self._member(name)
+        return self.info.shards[tar_file_id], ByteRange(offset, size)
 
-    def _member(self, name: str) -> tuple[str, int, int]:
-        """(shard, data offset, size) of member ``key.part``: one indexed query."""
+    def _member(self, name: str) -> tuple[int, int, int]:
+        """(tar_file_id, data offset, size) of member ``key.part``: one indexed query."""
         kp = split_name(name)
         hit = self.index.part(*kp) if kp else None
         if hit is None and kp and not self.index.has_parts:
             shard, rng = self._member_from_headers(name, *kp)
-            return shard, rng.offset, rng.size
+            return self._ids[shard], rng.offset, rng.size
         if hit is None:
             raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
-        return self.info.shards[hit[0]], hit[1], hit[2]
+        return hit
 
     def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
         """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
@@ -426,11 +426,12 @@ class Dataset:
 
     def read_file(self, name: str) -> bytes:
         """The bytes of one member, ``key.part``: only its payload is read."""
-        shard, offset, size = self._member(name)
-        k = self._by_id.get(self._ids[shard])
-        if k is not None and self.shards[k].tar_file_id not in self._checked:
-            self._check_shard(self.shards[k])
-        return self.storage.read_at(shard, offset, size)
+        tar_file_id, offset, size = self._member(name)
+        if tar_file_id not in self._checked:
+            k = self._by_id.get(tar_file_id)
+            if k is not None:
+                self._check_shard(self.shards[k])
+        return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""

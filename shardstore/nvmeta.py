@@ -9,6 +9,7 @@ expanded with the ``braceexpand`` package, as Energon does.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 import uuid
@@ -157,8 +158,10 @@ class DatasetInfo:
     energon_version: str
     shard_counts: dict[str, int]
 
-    @property
+    @functools.cached_property
     def shards(self) -> list[str]:
+        """Shard names in ``tar_file_id`` order; built once (member reads look names up by id), so
+        treat it as read-only."""
         return list(self.shard_counts)
 
 

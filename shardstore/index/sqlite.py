@@ -153,6 +153,10 @@ class IndexReader:
         if conn is None:
             try:
                 conn = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+                # The whole (immutable) file memory-mapped: a lookup walks B-tree pages in mapped
+                # memory instead of a read() per page that SQLite's small cache misses (about a
+                # quarter of a lookup by key). The mapping is shared page cache, not process memory.
+                conn.execute(f"PRAGMA mmap_size={os.path.getsize(self.path) + (1 << 20)}")
             except sqlite3.Error as e:
                 raise StorageError(f"cannot open index: {e}", path=self.path) from e
             self._local.conn = conn
@@ -193,7 +197,7 @@ class IndexReader:
             "WHERE s.sample_key=? AND p.part_name=?",
             (key, part),
         ).fetchone()
-        return (row[0], row[1], row[2]) if row else None
+        return row  # type: ignore[no-any-return]
 
     def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
         """(part name, data offset, size) of every member of a sample, in tar order."""
