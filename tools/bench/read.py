@@ -12,8 +12,10 @@ Figures (warm page cache, one thread, fixed seed):
   with ``ds.get_many`` vs a one-by-one loop.
 
 Every reader is checked to return the same bytes as the others on a prefix of the positions
-before anything is timed. shardstore and the floor run ``--repeat`` times (best run kept);
-Energon's readers run once (each run is already tens of seconds of steady work).
+before anything is timed. Each loop runs ``--repeat`` times (Energon's ``--energon-repeat``), the
+runs of a section interleaved; the best run is kept, in wall-clock and in CPU time (this process's
+user + system time, steadier on a shared machine). Ratios are printed for both clocks, except for
+S3, where the loops mostly wait and only wall-clock time means anything.
 
 Example: .venv/bin/python tools/bench/read.py --data /work/bench-data/read
 """
@@ -461,7 +463,12 @@ def ratios(sections: dict[str, Section]) -> list[dict[str, Any]]:
         ours = "get_many" if fig.startswith("s3") else "shardstore"
         row: dict[str, Any] = {"figure": fig, "against": base, "target": target}
         for clock in ("wall", "cpu"):
-            r = sec.ratio(ours, base, clock) if sec else None
+            # S3 loops mostly wait on the network: their CPU time says nothing about the speed-up.
+            r = (
+                sec.ratio(ours, base, clock)
+                if sec and not (clock == "cpu" and fig.startswith("s3"))
+                else None
+            )
             row[clock] = None if r is None else round(r, 3)
             row[f"{clock}_ok"] = None if r is None else r >= target
         out.append(row)
@@ -496,9 +503,8 @@ def print_report(meta: dict[str, Any], sections: dict[str, Section], checks: lis
             print(f"  {c['figure']:<10} vs {c['against']:<10} not measured")
             continue
         target = _shown(c["target"], c["target"])
-        verdict = (
-            "ok" if c["wall_ok"] and c["cpu_ok"] else "ok in CPU time" if c["cpu_ok"] else "BELOW TARGET"
-        )
+        cpu_ok = c["wall_ok"] if c["cpu"] is None else c["cpu_ok"]
+        verdict = "ok" if c["wall_ok"] and cpu_ok else "ok in CPU time" if cpu_ok else "BELOW TARGET"
         print(
             f"  {c['figure']:<10} vs {c['against']:<10} {_shown(c['wall'], c['target']):>7} "
             f"{_shown(c['cpu'], c['target']):>7}   (>= {target}) {verdict}"
