@@ -194,8 +194,35 @@ def _reopen_after_fork() -> None:
         storage._fds, storage._lock, storage._pid = {}, threading.Lock(), os.getpid()
 
 
+#: Every live ``FsspecStorage``: a forked child drops their clients and makes its own.
+_REMOTE_STORAGES: weakref.WeakSet[FsspecStorage] = weakref.WeakSet()
+#: In a forked child: the parent's clients, kept alive so they are never garbage-collected here.
+_PARENT_CLIENTS: builtins.list[Any] = []
+
+
+def _drop_clients_after_fork() -> None:
+    """In a forked child: use new clients, and never close the parent's.
+
+    A child shares its parent's sockets and its event loop's epoll instance. When the child lets
+    go of the parent's s3fs client, s3fs's finalizer (and garbage collection of the connection
+    pool) closes those connections from the child, and the parent's next request on one of them
+    hung until its read timeout (15 s; tests/s3/test_read_s3.py reproduces it). So the child keeps
+    the parent's clients alive and disarms their finalizers.
+    """
+    for storage in list(_REMOTE_STORAGES):
+        if storage._fs is not None:
+            _PARENT_CLIENTS.append(storage._fs)
+            storage._fs = None
+    for fin in list(getattr(weakref.finalize, "_registry", {})):
+        info = fin.peek()
+        if info is not None and getattr(info[1], "__qualname__", "") == "S3FileSystem.close_session":
+            _PARENT_CLIENTS.append(info[0])
+            fin.detach()
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reopen_after_fork)
+    os.register_at_fork(after_in_child=_drop_clients_after_fork)
 
 
 class LocalStorage(Storage):
@@ -364,20 +391,29 @@ class FsspecStorage(Storage):
     merge_gap = REMOTE_MERGE_GAP
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
-        import fsspec
-
-        protocol = root.split("://", 1)[0]
-        try:
-            self.fs = fsspec.filesystem(protocol, **_client_options(protocol, storage_options or {}))
-        except ImportError as e:
-            extra = _PROTOCOL_EXTRAS.get(protocol, protocol)
-            raise MissingExtraError(
-                f"reading {protocol}:// URLs needs an extra: pip install 'shardstore[{extra}]' ({e})", path=root
-            ) from e
-        self.protocol = protocol
+        self.protocol = root.split("://", 1)[0]
         self.storage_options = dict(storage_options or {})
         self.root = root.rstrip("/")
+        self._fs: Any = None
         self._prefix = self.fs._strip_protocol(self.root).rstrip("/")
+        _REMOTE_STORAGES.add(self)
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem; a forked child makes its own (s3fs's event loop thread does not
+        survive a fork: the parent's client would fail with "not fork-safe" or hang)."""
+        if self._fs is None:
+            import fsspec
+
+            try:
+                self._fs = fsspec.filesystem(self.protocol, **_client_options(self.protocol, self.storage_options))
+            except ImportError as e:
+                extra = _PROTOCOL_EXTRAS.get(self.protocol, self.protocol)
+                raise MissingExtraError(
+                    f"reading {self.protocol}:// URLs needs an extra: pip install 'shardstore[{extra}]' ({e})",
+                    path=self.root,
+                ) from e
+        return self._fs
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "storage_options": self.storage_options}

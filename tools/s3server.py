@@ -150,6 +150,8 @@ class S3Server:
     log: str = ""
     state_dir: str = ""
     owns_root: bool = False
+    #: The process that started it (0: unknown, e.g. loaded from the CLI's state file).
+    owner_pid: int = 0
     key: str = KEY
     secret: str = SECRET
     region: str = REGION
@@ -210,7 +212,13 @@ class S3Server:
         return True
 
     def stop(self) -> None:
-        """Stop the process (by its pid) and delete the served folder if ``start`` made it."""
+        """Stop the process (by its pid) and delete the served folder if ``start`` made it.
+
+        A no-op in a forked child of the process that started it: a child unwinding through a
+        ``with s3_server()`` block must not take the server down under its parent.
+        """
+        if self.owner_pid and self.owner_pid != os.getpid():
+            return
         _terminate(self.pid, self.proc)
         if self.owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -328,6 +336,7 @@ def start(
             shutil.rmtree(root_path, ignore_errors=True)
         raise
     server.owns_root = owns
+    server.owner_pid = 0 if detach else os.getpid()
     return server
 
 

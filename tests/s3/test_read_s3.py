@@ -7,8 +7,10 @@ client, and a proxy (tools/delayproxy.py) that resets connections or answers 503
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -144,6 +146,32 @@ def test_get_many_reads_concurrently(prepared: Prepared) -> None:
     assert many == loop
     assert t_loop >= 24 * 0.05
     assert t_many < t_loop / 3, (t_many, t_loop)
+
+
+def test_forked_and_spawned_workers_read(prepared: Prepared) -> None:
+    """A Dataset used before a fork still reads in the child (its own S3 client) and after, in the
+    parent; pickled (as for spawned workers) it reads too."""
+    ds = prepared.open()
+    assert ds[0]["__key__"] == prepared.expected[0][1]
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child must never unwind into pytest
+        try:
+            keys = [ds[5]["__key__"]] + [s["__key__"] for s in ds.get_many([30, 50])]
+            os.write(w, " ".join(keys).encode())
+            gc.collect()  # whatever the child lets go of must not touch the parent's connections
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        child = f.read().split()
+    os.waitpid(pid, 0)
+    assert child == [prepared.expected[p][1] for p in (5, 30, 50)]
+    t0 = time.perf_counter()
+    assert ds[6]["__key__"] == prepared.expected[6][1]
+    assert time.perf_counter() - t0 < 5  # not stuck until the client's 15 s read timeout
+    copy = pickle.loads(pickle.dumps(ds))  # what a spawned worker gets
+    assert [s["__key__"] for s in copy.get_many([1, 21, 41, 59])] == [prepared.expected[p][1] for p in (1, 21, 41, 59)]
 
 
 def test_open_with_environment_variables_only(prepared: Prepared) -> None:
