@@ -416,7 +416,10 @@ def prepare(
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
     try:
-        workers = num_workers or min(len(shards), os.cpu_count() or 1)
+        # remote shards are read by threads that mostly wait on the network: more than the cores
+        cores = os.cpu_count() or 1
+        default = cores if storage.local_path("") is not None else max(16, cores)
+        workers = num_workers or min(len(shards), default)
         for scan in _progress(_scans(storage, shards, workers), len(shards), progress):
             if staging is not None:
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
