@@ -205,11 +205,7 @@ class S3Server:
     def alive(self) -> bool:
         if self.proc is not None:
             return self.proc.poll() is None
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return self._is_ours()
 
     def stop(self) -> None:
         """Stop the process (by its pid) and delete the served folder if ``start`` made it.
@@ -219,11 +215,21 @@ class S3Server:
         """
         if self.owner_pid and self.owner_pid != os.getpid():
             return
-        _terminate(self.pid, self.proc)
+        if self.proc is not None or self._is_ours():
+            _terminate(self.pid, self.proc)
         if self.owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _is_ours(self) -> bool:
+        """For a server known only from a state file: is ``pid`` still that server (not a reused pid)?"""
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        marker = b"serve\x00s3" if self.kind == "rclone" else b"ThreadedMotoServer"
+        return marker in cmdline
 
     def to_json(self) -> str:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "proc"}
