@@ -1,14 +1,19 @@
 """``prepare``: discover shards, walk their headers in parallel, write the index atomically.
 
-Data flow: shard list -> worker pool (header walk + grouping, one shard per task) -> the parent
-appends each shard's rows to ``index.sqlite`` and writes its ``.tar.idx`` -> the small metadata
-files. Everything of ``.nv-meta`` is built in a staging folder and swapped in at the end, so a
+Data flow: shard list -> worker pool (one shard per task: header walk, grouping, the shard's
+rows bound into a small in-memory SQLite database) -> the parent, in shard order, copies each
+shard's rows into ``index.sqlite`` with ``INSERT ... SELECT`` and stages its ``.tar.idx`` -> the
+small metadata files. Measured in docs/benchmarks.md (tools/bench/prepare.py). Everything of ``.nv-meta`` is built in a staging folder and swapped in at the end, so a
 failed or interrupted prepare leaves the previous ``.nv-meta`` (or none) untouched.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import functools
+import gc
+import itertools
 import json
 import multiprocessing
 import os
@@ -29,11 +34,11 @@ from typing import Any, TypeVar
 
 from . import nvmeta
 from .errors import ConfigError, EmptyShardError, StorageError
-from .index.sqlite import IndexWriter, PartRow, SampleRow
+from .index.sqlite import IndexWriter, ShardRows
 from .index.taridx import offsets_bytes
-from .keys import group_samples
+from .keys import group_batches
 from .storage import FileStat, Storage, open_storage, scratch_path
-from .tarscan import scan_storage
+from .tarscan import scan_storage_batches
 
 __all__ = [
     "prepare",
@@ -54,6 +59,7 @@ _TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 _GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 #: The seed Energon uses for ``--shuffle-tars``.
 _SHUFFLE_SEED = 42
 
@@ -83,14 +89,21 @@ class PrepareReport:
 
 @dataclass
 class ShardScan:
-    """The rows of one shard, as a worker hands them to the parent."""
+    """What a worker hands the parent about one shard: counts and ``.tar.idx`` offsets.
+
+    The index rows come as a ``ShardRows`` database (its bytes, or a file's path; None when no
+    rows were asked for): pickling a million rows to the parent and binding them there would
+    make the parent the bottleneck.
+    """
 
     tar_file_id: int
     name: str
     stat: FileStat
-    samples: list[SampleRow]
-    parts: list[PartRow]
+    samples: int
+    parts: int
+    part_names: Counter[str]
     offsets: list[int]
+    rows: bytes | str | None
 
 
 def _sort_key(rel: str) -> tuple[str, ...]:
@@ -166,41 +179,101 @@ def _split_shards(
     return out
 
 
-def scan_shard(storage: Storage, tar_file_id: int, name: str) -> ShardScan:
-    """Walk one shard's headers and return its index rows and ``.tar.idx`` offsets."""
+def scan_shard(storage: Storage, tar_file_id: int, name: str, spill_path: str | None = None) -> ShardScan:
+    """Walk one shard's headers; return its counts, ``.tar.idx`` offsets and, if ``spill_path``
+    is given, its index rows for ``IndexWriter.merge`` (``ShardRows``; written to ``spill_path``
+    only where rows cannot be handed over in memory)."""
     stat = storage.stat(name)
-    samples: list[SampleRow] = []
-    parts: list[PartRow] = []
+    rows = _shard_rows() if spill_path is not None else None
     offsets: list[int] = []
-    end = 0
-    for rec in group_samples(scan_storage(storage, name)):
-        samples.append((tar_file_id, rec.key, rec.index, rec.offset, rec.size))
-        offsets.append(rec.offset)
-        end = rec.offset + rec.size
-        for p in rec.parts:
-            parts.append((tar_file_id, rec.index, p.name, p.offset, p.size))
-    if not samples:
+    part_names: Counter[str] = Counter()
+    n_parts = end = 0
+    with _gc_paused():
+        if rows is not None:
+            rows.start()
+        for batch in group_batches(scan_storage_batches(storage, name)):
+            if rows is not None:
+                rows.add(batch)
+            offsets += batch.offsets
+            end = batch.offsets[-1] + batch.sizes[-1]
+            part_names.update(batch.part_names)
+            n_parts += len(batch.part_names)
+        handed = rows.finish(spill_path) if rows is not None and spill_path is not None else None
+    if not offsets:
         raise EmptyShardError("shard holds no sample (Energon refuses empty shards too)", path=storage.url(name))
+    n_samples = len(offsets)
     offsets.append(end)
-    return ShardScan(tar_file_id, name, stat, samples, parts, offsets)
+    return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed)
 
 
-def _scan_task(args: tuple[Storage, int, str]) -> ShardScan:
+_ROWS = threading.local()
+
+
+def _shard_rows() -> ShardRows:
+    """This thread's ``ShardRows``, made once per worker (never one inherited through ``fork``)."""
+    rows: tuple[int, ShardRows] | None = getattr(_ROWS, "rows", None)
+    if rows is None or rows[0] != os.getpid():
+        rows = _ROWS.rows = (os.getpid(), ShardRows())
+    return rows[1]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a shard is scanned: the scan allocates hundreds of
+    thousands of tuples and lists (and no cycles), and each collection they trigger walks every
+    live object; that cost about 40% of a scan."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _scan_task(args: tuple[Storage, int, str, str | None]) -> ShardScan:
     return scan_shard(*args)
 
 
-def _scans(storage: Storage, shards: Sequence[str], workers: int) -> Iterator[ShardScan]:
-    """Shard scans in shard order: worker processes for local files, threads for remote ones."""
-    tasks = [(storage, i, name) for i, name in enumerate(shards)]
+def _scans(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str | None) -> Iterator[ShardScan]:
+    """Shard scans in shard order: worker processes for local files, threads for remote ones.
+
+    At most a few shards run ahead of the one the parent is merging, so neither finished scans
+    nor their row files pile up when the parent is the slower side: memory stays flat.
+    """
+    tasks = [
+        (storage, i, name, os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None)
+        for i, name in enumerate(shards)
+    ]
     if workers <= 1 or len(shards) <= 1:
         yield from map(_scan_task, tasks)
     elif storage.local_path("") is None:
-        with ThreadPoolExecutor(workers) as pool:
-            yield from pool.map(_scan_task, tasks)
+        with ThreadPoolExecutor(workers) as threads:
+            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
     else:
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(workers) as pool:
-            yield from pool.imap(_scan_task, tasks, chunksize=1)
+        with multiprocessing.get_context(method).Pool(workers, initializer=_worker_signals) as pool:
+            yield from _in_order(lambda t: pool.apply_async(_scan_task, (t,)).get, tasks, 2 * workers)
+
+
+def _worker_signals() -> None:
+    """Workers die on SIGTERM at once: a forked worker would otherwise inherit the parent's
+    unwinding handler (``_sigterm_unwinds``), and ``Pool.terminate`` can then hang on a worker
+    that turned the signal into an exception while waiting for the task queue's lock."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _in_order(submit: Callable[[_T], Callable[[], ShardScan]], tasks: Sequence[_T], window: int) -> Iterator[ShardScan]:
+    """Results of ``tasks`` in order, with at most ``window`` submitted and not yet handed out."""
+    pending: collections.deque[Callable[[], ShardScan]] = collections.deque()
+    queue = iter(tasks)
+    for task in itertools.islice(queue, window):
+        pending.append(submit(task))
+    while pending:
+        result = pending.popleft()()
+        for task in itertools.islice(queue, 1):
+            pending.append(submit(task))
+        yield result
 
 
 class _Staging:
@@ -318,6 +391,8 @@ def _sigterm_unwinds(fn: _F) -> _F:
 
 
 _STAGING_PREFIX = f"{nvmeta.META_DIR}.tmp-"
+#: Folder of the staging folder for rows that workers cannot hand over in memory (Python 3.10).
+_ROWS_DIR = "rows.tmp"
 _HOST = socket.gethostname().replace("-", "_")
 
 
@@ -420,24 +495,31 @@ def prepare(
         cores = os.cpu_count() or 1
         default = cores if storage.local_path("") is not None else max(16, cores)
         workers = num_workers or min(len(shards), default)
-        for scan in _progress(_scans(storage, shards, workers), len(shards), progress):
+        rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
+        if rows_dir is not None:
+            os.makedirs(rows_dir)
+        for scan in _progress(_scans(storage, shards, workers, rows_dir), len(shards), progress):
             if staging is not None:
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
                 storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
-            counts[scan.name] = len(scan.samples)
+            counts[scan.name] = scan.samples
             stats[scan.name] = {k: v for k, v in asdict(scan.stat).items() if v is not None}
             total_bytes += scan.stat.size
-            n_parts += len(scan.parts)
-            part_names.update(p[2] for p in scan.parts)
-            if writer is not None:
-                writer.add(scan.samples, scan.parts)
+            n_parts += scan.parts
+            part_names.update(scan.part_names)
+            if writer is not None and scan.rows is not None:
+                writer.merge(scan.rows, scan.tar_file_id)
+                if isinstance(scan.rows, str):
+                    os.unlink(scan.rows)
         if staging is None or writer is None:
             return PrepareReport(
                 storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
                 time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
             )
         writer.finish()
+        if rows_dir is not None:
+            shutil.rmtree(rows_dir)
         split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
         new_uuid = nvmeta.new_uuid()
         info = nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)

@@ -11,6 +11,8 @@ never a silent end of the archive.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import mmap
 import os
 import re
@@ -19,15 +21,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from zlib import adler32
 
+import numpy as np
+
 from .errors import TarFormatError, TruncatedTarError
 from .storage import ByteRange, Storage
 
 __all__ = [
     "TarMember",
+    "MemberBatch",
     "iter_members",
+    "iter_member_batches",
     "regular_members",
     "plain_members",
     "scan_storage",
+    "scan_storage_batches",
     "HeaderSource",
     "REGULAR",
     "DIRECTORY",
@@ -51,6 +58,8 @@ OTHER = "other"
 
 #: ``read_at(offset, size) -> bytes`` (may return fewer bytes only at end of file).
 HeaderSource = Callable[[int, int], bytes]
+#: A whole archive in memory: anything that slices into ``bytes``.
+Buffer = bytes | mmap.mmap
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +98,6 @@ def _number(field: bytes, path: str, offset: int, what: str) -> int:
         raise TarFormatError(f"invalid {what} field {field!r} in tar header", path=path, offset=offset) from None
 
 
-def _not_a_tar(hdr: bytes, path: str, why: str) -> TarFormatError:
-    """The error for a first header that is no tar header: says so (and names gzip) before the detail."""
-    what = "not a tar file"
-    if hdr[:2] == b"\x1f\x8b":
-        what = "gzip-compressed tar: shardstore needs uncompressed shards for random access"
-    return TarFormatError(f"{what} ({why})", path=path, offset=0)
-
-
 def _unsigned_checksum(buf: bytes, at: int = 0) -> int:
     """The ustar checksum of the header at ``buf[at:at+512]``: its bytes summed, the checksum field
     counted as 8 spaces.
@@ -111,6 +112,14 @@ def _unsigned_checksum(buf: bytes, at: int = 0) -> int:
         - (adler32(buf[at + 148 : at + 156]) & 0xFFFF)
         + 255  # +256 for the 8 spaces, -1 for the adler32 start value counted twice and removed once
     )
+
+
+def _not_a_tar(hdr: bytes, path: str, why: str) -> TarFormatError:
+    """The error for a first header that is no tar header: says so (and names gzip) before the detail."""
+    what = "not a tar file"
+    if hdr[:2] == b"\x1f\x8b":
+        what = "gzip-compressed tar: shardstore needs uncompressed shards for random access"
+    return TarFormatError(f"{what} ({why})", path=path, offset=0)
 
 
 def _check_header(hdr: bytes, path: str, offset: int) -> None:
@@ -155,96 +164,318 @@ def _parse_pax(data: bytes, path: str, offset: int) -> dict[str, str]:
     return headers
 
 
+@dataclass(frozen=True, slots=True)
+class MemberBatch:
+    """Consecutive members of one archive, column by column: the walker's bulk output.
+
+    ``prepare`` walks close to a million headers per second per core; one object per member would
+    cost more than the walk itself, so the walker hands out columns and ``iter_members`` builds
+    ``TarMember`` objects from them for callers that want one member at a time.
+    """
+
+    names: list[str]
+    kinds: list[str]
+    header_offsets: list[int]
+    data_offsets: list[int]
+    sizes: list[int]
+    #: Where the walk stopped after the last member: its padded end (the next header or the end marker).
+    end: int
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def members(self) -> Iterator[TarMember]:
+        for name, kind, first, data, size in zip(
+            self.names, self.kinds, self.header_offsets, self.data_offsets, self.sizes
+        ):
+            yield TarMember(name, kind, first, data, size)
+
+
+#: Headers walked between two checksum verifications (and the most members one batch holds).
+_BATCH = 4096
+#: The largest unsigned checksum: 512 bytes of 0xFF, the checksum field counted as spaces.
+_MAX_CHECKSUM = 504 * 255 + 8 * 0x20
+
+
+@functools.cache
+def _checksum_fields() -> tuple[np.ndarray, np.ndarray]:
+    """For every possible checksum, its field as ``tarfile`` and GNU tar write it (``%06o\\0 ``)
+    and as some other writers do (``%07o\\0``), each read as a little-endian uint64."""
+    value = np.arange(_MAX_CHECKSUM + 1, dtype=np.uint64)
+    six = np.full(len(value), 0x20 << 56, dtype=np.uint64)
+    seven = np.zeros(len(value), dtype=np.uint64)
+    for k in range(7):  # k-th character from the left is byte k of the little-endian word
+        seven |= (((value >> np.uint64(3 * (6 - k))) & np.uint64(7)) + np.uint64(0x30)) << np.uint64(8 * k)
+        if k < 6:
+            six |= (((value >> np.uint64(3 * (5 - k))) & np.uint64(7)) + np.uint64(0x30)) << np.uint64(8 * k)
+    return six, seven
+
+
+def _confirmed_checksums(buf: bytes, count: int) -> np.ndarray:
+    """True for each of the ``count`` headers in ``buf`` whose checksum field is written the usual
+    way and equals its unsigned checksum.
+
+    Summing 512 bytes in Python costs more than the rest of a header's parsing, so the batch is
+    summed with numpy, and the fields are compared with the usual spellings of the sums. False
+    only means "check this one exactly" (``_check_header``): other spellings, signed checksums
+    and real corruption all end up there.
+    """
+    u8 = np.frombuffer(buf, dtype=np.uint8).reshape(count, BLOCK)
+    field = np.ascontiguousarray(u8[:, 148:156])
+    unsigned = u8.sum(axis=1, dtype=np.uint32) - field.sum(axis=1, dtype=np.uint32) + 256  # uint32: faster
+    stored = field.view("<u8")[:, 0]
+    six, seven = _checksum_fields()
+    ok: np.ndarray = (stored == six[unsigned]) | (stored == seven[unsigned])
+    return ok
+
+
+def _first_bad_header(
+    buf: bytes, hdrs: list[bytes], offsets: list[int], path: str
+) -> tuple[int, TarFormatError] | None:
+    """The first header (in file order) whose checksum is wrong, with its error, or None.
+    ``buf`` is ``hdrs`` joined."""
+    for i in np.flatnonzero(~_confirmed_checksums(buf, len(hdrs))).tolist():
+        try:
+            _check_header(hdrs[i], path, offsets[i])
+        except TarFormatError as e:
+            return offsets[i], e
+    return None
+
+
+def _member(
+    read_at: HeaderSource,
+    file_size: int,
+    path: str,
+    offset: int,
+    hdr: bytes,
+    global_pax: dict[str, str],
+    hdrs: list[bytes],
+    hdr_offsets: list[int],
+) -> tuple[str, str, int, int, int, int]:
+    """Any member whose first header ``hdr`` (already in ``hdrs``) is at ``offset``: extension
+    headers, name prefixes, other types. Returns (name, kind, header offset, data offset, size,
+    next offset). Every header read is appended to ``hdrs`` for the caller's checksum check."""
+    first = offset
+    name: str | None = None
+    pax: dict[str, str] = {}
+    while True:
+        typeflag = hdr[156]
+        size = _number(hdr[124:136], path, offset, "size")
+        if size < 0:
+            raise TarFormatError(f"negative member size {size}", path=path, offset=offset)
+        if typeflag not in _EXT_TYPES:
+            break
+        if size > _MAX_EXT_SIZE:
+            raise TarFormatError(f"extension header claims {size} bytes", path=path, offset=offset)
+        data_at = offset + BLOCK
+        payload = read_at(data_at, size) if size else b""
+        if len(payload) < size or data_at + _padded(size) > file_size:
+            raise TruncatedTarError("file ends inside an extension header's data", path=path, offset=offset)
+        if typeflag == 0x4C:  # 'L': GNU long name
+            name = _text(payload)
+        elif typeflag == 0x67:  # 'g': PAX global header, applies to all later members
+            global_pax.update(_parse_pax(payload, path, offset))
+        elif typeflag != 0x4B:  # 'x'/'X': PAX local header ('K', a long link name, is not needed)
+            pax.update(_parse_pax(payload, path, offset))
+        offset = data_at + _padded(size)
+        if typeflag == 0x67 and first == data_at - BLOCK:  # a global header is not part of the member
+            first = offset
+        if offset + BLOCK > file_size:
+            raise TruncatedTarError("file ends after an extension header, before its member", path=path, offset=offset)
+        hdr = read_at(offset, BLOCK)
+        if hdr == _ZERO_BLOCK:
+            raise TarFormatError("extension header is followed by the end of the archive", path=path, offset=offset)
+        hdrs.append(hdr)
+        hdr_offsets.append(offset)
+    raw_name = _text(hdr[0:100])
+    long_name = name is not None
+    if name is None:
+        name = raw_name
+        prefix = hdr[345:500]
+        if prefix[0] and typeflag not in b"LKS":
+            name = _text(prefix) + "/" + name
+    if global_pax or pax:
+        merged = {**global_pax, **pax}
+        if "path" in merged:  # tarfile strips trailing slashes of a PAX path, whatever the type
+            name, long_name = merged["path"].rstrip("/"), False
+        if "size" in merged:
+            try:
+                size = int(merged["size"])
+            except ValueError:
+                raise TarFormatError(f"invalid PAX size {merged['size']!r}", path=path, offset=first) from None
+            if size < 0:
+                raise TarFormatError(f"negative PAX size {size}", path=path, offset=first)
+    if typeflag == 0x53:  # 'S'
+        raise TarFormatError("GNU sparse members are not supported", path=path, offset=first)
+    kind = OTHER
+    if typeflag in _REGULAR_TYPES:
+        kind = REGULAR
+        if typeflag == 0 and raw_name.endswith("/"):  # old V7 directory: decided on the header's own name
+            kind = DIRECTORY
+    elif typeflag == 0x35:
+        kind = DIRECTORY
+    data_offset = offset + BLOCK
+    skip = 0 if typeflag in _NO_DATA_TYPES else _padded(size)
+    if data_offset + skip > file_size:
+        raise _past_end(size, data_offset, file_size, path, first)
+    if kind == DIRECTORY:  # as tarfile: a GNU long name loses one trailing slash, a header name all
+        name = name.removesuffix("/") if long_name else name.rstrip("/")
+    return name, kind, first, data_offset, size if skip or kind == REGULAR else 0, data_offset + skip
+
+
+def _past_end(size: int, data_offset: int, file_size: int, path: str, first: int) -> TruncatedTarError:
+    return TruncatedTarError(
+        f"member data ({size} bytes from offset {data_offset}) runs past the end of the file ({file_size} bytes)",
+        path=path,
+        offset=first,
+    )
+
+
+def iter_member_batches(
+    read_at: HeaderSource, file_size: int, path: str, batch_size: int = _BATCH, *, buffer: Buffer | None = None
+) -> Iterator[MemberBatch]:
+    """Walk every member of a tar of ``file_size`` bytes, reading only headers through ``read_at``,
+    and hand them out in batches of up to ``batch_size`` members.
+
+    Plain ustar regular files (what webdataset and ``tarfile`` write) take a short path; anything
+    else goes through ``_member``. Checksums are verified a batch at a time, before the batch is
+    handed out: the caller sees exactly the members ``iter_members`` yields one by one, then the
+    same error, the first one in file order (a later header's error found while walking past a
+    corrupt one gives way to the corrupt header's checksum error).
+
+    ``buffer``, when the whole archive is in memory or memory-mapped, is sliced directly instead
+    of calling ``read_at`` for each header (the call would cost about as much as the slicing).
+
+    Raises ``TarFormatError`` (or ``TruncatedTarError``) naming ``path`` and the byte offset.
+    """
+    if file_size == 0:
+        raise TarFormatError("empty file, not a tar", path=path, offset=0)
+    offset = 0
+    global_pax: dict[str, str] = {}
+    done = False
+    while not done:
+        # Per member only what the walk needs (first header offset, size); names, kinds and data
+        # offsets of plain members are filled in for the whole batch at once (``_batch``).
+        firsts: list[int] = []
+        sizes: list[int] = []
+        special: dict[int, tuple[str, str, int, int]] = {}  # member -> (name, kind, data offset, headers)
+        hdrs: list[bytes] = []
+        hdr_offsets: list[int] = []
+        error: TarFormatError | None = None
+        try:
+            for _ in range(batch_size):
+                if offset >= file_size:
+                    done = True
+                    break
+                hdr = buffer[offset : offset + BLOCK] if buffer is not None else read_at(offset, BLOCK)
+                if len(hdr) < BLOCK:
+                    if offset == 0:
+                        raise _not_a_tar(hdr, path, f"{len(hdr)} bytes, shorter than one 512-byte tar header")
+                    raise TruncatedTarError(
+                        f"file ends inside a tar header ({len(hdr)} of 512 bytes)", path=path, offset=offset
+                    )
+                if hdr == _ZERO_BLOCK:
+                    done = True
+                    break
+                hdrs.append(hdr)
+                hdr_offsets.append(offset)
+                if hdr[156] == 0x30 and hdr[135] == 0 and not hdr[345] and not global_pax:
+                    # A plain regular file: '0', an 11-digit size field, no name prefix.
+                    try:
+                        size = int(hdr[124:135], 8)
+                    except ValueError:
+                        size = _number(hdr[124:136], path, offset, "size")
+                    if size < 0:
+                        raise TarFormatError(f"negative member size {size}", path=path, offset=offset)
+                    nxt = offset + BLOCK + ((size + BLOCK - 1) & -BLOCK)
+                    if nxt > file_size:
+                        raise _past_end(size, offset + BLOCK, file_size, path, offset)
+                    firsts.append(offset)
+                    sizes.append(size)
+                    offset = nxt
+                else:
+                    before = len(hdrs)
+                    name, kind, first, data, size, offset = _member(
+                        read_at, file_size, path, offset, hdr, global_pax, hdrs, hdr_offsets
+                    )
+                    special[len(firsts)] = (name, kind, data, len(hdrs) - before + 1)
+                    firsts.append(first)
+                    sizes.append(size)
+        except TarFormatError as e:
+            error, done = e, True
+        batch, bad = _batch(hdrs, hdr_offsets, firsts, sizes, special, offset, path)
+        if bad is not None:
+            error = bad
+        if batch is not None:
+            yield batch
+        if error is not None:
+            raise error
+
+
+def _batch(
+    hdrs: list[bytes],
+    hdr_offsets: list[int],
+    firsts: list[int],
+    sizes: list[int],
+    special: dict[int, tuple[str, str, int, int]],
+    end: int,
+    path: str,
+) -> tuple[MemberBatch | None, TarFormatError | None]:
+    """The walked members as a batch, after checking every header's checksum: cut before the
+    first corrupt header (whose error is returned), if any."""
+    if not hdrs:
+        return None, None
+    buf = b"".join(hdrs)
+    n = len(firsts)
+    datas = [f + BLOCK for f in firsts]
+    kinds = [REGULAR] * n
+    if special:
+        main = []  # index in hdrs of each member's own header (extension headers come before it)
+        h = -1
+        for i in range(n):
+            h += special[i][3] if i in special else 1
+            main.append(h)
+        names = _names(buf, main)
+        for i, (name, kind, data, _) in special.items():
+            names[i], kinds[i], datas[i] = name, kind, data
+    else:
+        names = _names(buf, None)
+    bad = _first_bad_header(buf, hdrs, hdr_offsets, path)
+    error = None
+    if bad is not None:
+        # Only the members whose own header lies before the corrupt one, then its error.
+        error, end = bad[1], bad[0]
+        n = bisect.bisect_left(datas, bad[0] + BLOCK)
+        del names[n:], kinds[n:], firsts[n:], datas[n:], sizes[n:]
+    return (MemberBatch(names, kinds, firsts, datas, sizes, end) if names else None), error
+
+
+def _names(buf: bytes, rows: list[int] | None) -> list[str]:
+    """The name fields (up to their first NUL, decoded as ``tarfile`` does) of the headers at
+    ``rows`` of ``buf`` (all of them if None), in one decode: the names are cut out with numpy,
+    joined with NUL separators and split again (UTF-8 never puts a NUL inside a character)."""
+    table = np.frombuffer(buf, dtype=np.uint8).reshape(-1, BLOCK)
+    if rows is not None:
+        table = table[rows]
+    nul = table[:, :100] == 0
+    length = np.where(nul.any(axis=1), nul.argmax(axis=1), 100)
+    width = int(length.max()) + 1  # names and one NUL each
+    fields = np.zeros((len(table), width), dtype=np.uint8)
+    fields[:, : min(width, 100)] = table[:, : min(width, 100)]
+    keep = np.arange(width) <= length[:, None]
+    names = fields[keep].tobytes().decode("utf-8", "surrogateescape").split("\0")
+    names.pop()
+    return names
+
+
 def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[TarMember]:
     """Walk every member of a tar of ``file_size`` bytes, reading only headers through ``read_at``.
 
     Raises ``TarFormatError`` (or ``TruncatedTarError``) naming ``path`` and the byte offset.
     The last member's ``end`` is where the archive's end marker (or the file) starts.
     """
-    if file_size == 0:
-        raise TarFormatError("empty file, not a tar", path=path, offset=0)
-    offset = 0
-    global_pax: dict[str, str] = {}
-    while True:
-        if offset >= file_size:
-            return
-        hdr = read_at(offset, BLOCK)
-        if len(hdr) < BLOCK and offset == 0:
-            raise _not_a_tar(hdr, path, f"{len(hdr)} bytes, shorter than one 512-byte tar header")
-        if len(hdr) < BLOCK:
-            raise TruncatedTarError(f"file ends inside a tar header ({len(hdr)} of 512 bytes)", path=path, offset=offset)
-        if hdr == _ZERO_BLOCK:
-            return
-        first = offset
-        name: str | None = None
-        pax: dict[str, str] = {}
-        while True:
-            _check_header(hdr, path, offset)
-            typeflag = hdr[156]
-            size = _number(hdr[124:136], path, offset, "size")
-            if size < 0:
-                raise TarFormatError(f"negative member size {size}", path=path, offset=offset)
-            if typeflag not in _EXT_TYPES:
-                break
-            if size > _MAX_EXT_SIZE:
-                raise TarFormatError(f"extension header claims {size} bytes", path=path, offset=offset)
-            data_at = offset + BLOCK
-            payload = read_at(data_at, size) if size else b""
-            if len(payload) < size or data_at + _padded(size) > file_size:
-                raise TruncatedTarError("file ends inside an extension header's data", path=path, offset=offset)
-            if typeflag == 0x4C:  # 'L': GNU long name
-                name = _text(payload)
-            elif typeflag == 0x67:  # 'g': PAX global header, applies to all later members
-                global_pax.update(_parse_pax(payload, path, offset))
-            elif typeflag != 0x4B:  # 'x'/'X': PAX local header ('K', a long link name, is not needed)
-                pax.update(_parse_pax(payload, path, offset))
-            offset = data_at + _padded(size)
-            if typeflag == 0x67 and first == data_at - BLOCK:  # a global header is not part of the member
-                first = offset
-            if offset + BLOCK > file_size:
-                raise TruncatedTarError("file ends after an extension header, before its member", path=path, offset=offset)
-            hdr = read_at(offset, BLOCK)
-            if hdr == _ZERO_BLOCK:
-                raise TarFormatError("extension header is followed by the end of the archive", path=path, offset=offset)
-        raw_name = _text(hdr[0:100])
-        long_name = name is not None
-        if name is None:
-            name = raw_name
-            prefix = hdr[345:500]
-            if prefix[0] and typeflag not in b"LKS":
-                name = _text(prefix) + "/" + name
-        if global_pax or pax:
-            merged = {**global_pax, **pax}
-            if "path" in merged:  # tarfile strips trailing slashes of a PAX path, whatever the type
-                name, long_name = merged["path"].rstrip("/"), False
-            if "size" in merged:
-                try:
-                    size = int(merged["size"])
-                except ValueError:
-                    raise TarFormatError(f"invalid PAX size {merged['size']!r}", path=path, offset=first) from None
-                if size < 0:
-                    raise TarFormatError(f"negative PAX size {size}", path=path, offset=first)
-        if typeflag == 0x53:  # 'S'
-            raise TarFormatError("GNU sparse members are not supported", path=path, offset=first)
-        kind = OTHER
-        if typeflag in _REGULAR_TYPES:
-            kind = REGULAR
-            if typeflag == 0 and raw_name.endswith("/"):  # old V7 directory: decided on the header's own name
-                kind = DIRECTORY
-        elif typeflag == 0x35:
-            kind = DIRECTORY
-        data_offset = offset + BLOCK
-        skip = 0 if typeflag in _NO_DATA_TYPES else _padded(size)
-        if data_offset + skip > file_size:
-            raise TruncatedTarError(
-                f"member data ({size} bytes from offset {data_offset}) runs past the end of the file ({file_size} bytes)",
-                path=path,
-                offset=first,
-            )
-        if kind == DIRECTORY:  # as tarfile: a GNU long name loses one trailing slash, a header name all
-            name = name.removesuffix("/") if long_name else name.rstrip("/")
-        yield TarMember(name, kind, first, data_offset, size if skip or kind == REGULAR else 0)
-        offset = data_offset + skip
+    for batch in iter_member_batches(read_at, file_size, path):
+        yield from batch.members()
 
 
 #: The fields of a ustar header the fast path reads: name, size, type flag, magic.
@@ -323,10 +554,16 @@ class _BlockCache:
 
 def scan_storage(storage: Storage, path: str, block_size: int = 8 << 20) -> Iterator[TarMember]:
     """All members of shard ``path`` of ``storage``: memory-mapped if local, block reads if remote."""
+    for batch in scan_storage_batches(storage, path, block_size):
+        yield from batch.members()
+
+
+def scan_storage_batches(storage: Storage, path: str, block_size: int = 8 << 20) -> Iterator[MemberBatch]:
+    """``scan_storage`` in ``MemberBatch`` columns, for bulk consumers such as prepare."""
     local = storage.local_path(path)
     if local is None:
         size = storage.size(path)
-        yield from iter_members(_BlockCache(storage, path, size, block_size), size, storage.url(path))
+        yield from iter_member_batches(_BlockCache(storage, path, size, block_size), size, storage.url(path))
         return
     try:
         fd = os.open(local, os.O_RDONLY)
@@ -335,9 +572,9 @@ def scan_storage(storage: Storage, path: str, block_size: int = 8 << 20) -> Iter
     try:
         size = os.fstat(fd).st_size
         if size == 0:
-            yield from iter_members(lambda o, n: b"", 0, local)
+            yield from iter_member_batches(lambda o, n: b"", 0, local)
             return
         with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
-            yield from iter_members(lambda o, n: mm[o : o + n], size, local)
+            yield from iter_member_batches(lambda o, n: mm[o : o + n], size, local, buffer=mm)
     finally:
         os.close(fd)
