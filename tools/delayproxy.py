@@ -55,6 +55,8 @@ class Request:
     range: str | None
     connection: int
     faulted: str | None = None
+    #: ``time.monotonic()`` when the request head reached the proxy.
+    time: float = 0.0
 
 
 @dataclasses.dataclass
@@ -254,7 +256,7 @@ class DelayProxy:
             method, path, headers = _parse_head(head)
             fault = self._take_fault(method)
             with self._lock:
-                self._requests.append(Request(method, path, headers.get("range"), conn_id, fault))
+                self._requests.append(Request(method, path, headers.get("range"), conn_id, fault, time.monotonic()))
             if fault is not None:
                 await self._break(fault, cwriter)
                 raise _Abort()
