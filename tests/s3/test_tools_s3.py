@@ -90,8 +90,9 @@ def test_cli_start_prints_shell_exports(tmp_path: Path, s3_server: Any) -> None:
 
 def test_server_dies_with_its_python_process(tmp_path: Path, s3_server: Any) -> None:
     code = "import sys; sys.path.insert(0, sys.argv[1]); import s3server; s = s3server.start(); print(s.pid, flush=True); input()"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # what the killed process cannot clean up stays here
     proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tools")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     pid = int(proc.stdout.readline())
     assert _alive(pid)
