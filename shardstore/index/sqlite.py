@@ -59,6 +59,7 @@ class IndexWriter:
         # sort of every row as a serial step at the end (about 0.5 s more CPU on 768k parts).
         self.db.executescript(schema_sql("energon7_indexes"))
         self.db.execute("BEGIN")
+        self._attached = ""  # what database is attached as "shard" for ``merge``: "", "memory" or "file"
 
     def add(self, samples: Sequence[SampleRow], parts: Sequence[PartRow]) -> None:
         """Append the rows of one shard (or part of one)."""
@@ -74,31 +75,42 @@ class IndexWriter:
     def merge(self, rows: bytes | str, tar_file_id: int) -> None:
         """Append the rows of shard ``tar_file_id`` that a worker collected with ``ShardRows`` (its
         serialized database, or the path of its file): one ``INSERT ... SELECT`` per table, so
-        the parent spends no Python per row."""
-        if self.db.in_transaction:
-            self.db.execute("COMMIT")  # ATTACH is not allowed inside a transaction
+        the parent spends no Python per row.
+
+        Serialized rows replace the content of one attached in-memory database, all in the one
+        transaction of the load; a file has to be attached, which ends the transaction."""
         if isinstance(rows, str):
+            if self.db.in_transaction:
+                self.db.execute("COMMIT")  # ATTACH is not allowed inside a transaction
+            if self._attached:
+                self.db.execute("DETACH DATABASE shard")
             self.db.execute("ATTACH DATABASE ? AS shard", (rows,))
+            self._attached = "file"
         else:
-            self.db.execute("ATTACH DATABASE ':memory:' AS shard")
+            if self._attached != "memory":
+                if self.db.in_transaction:
+                    self.db.execute("COMMIT")
+                if self._attached:
+                    self.db.execute("DETACH DATABASE shard")
+                self.db.execute("ATTACH DATABASE ':memory:' AS shard")
+                self._attached = "memory"
             self.db.deserialize(rows, name="shard")
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
         samples = "SELECT ?, sample_key, rowid - 1, byte_offset, byte_size FROM shard.samples ORDER BY rowid"
         try:
-            self.db.execute("BEGIN")
-            try:
-                self.db.execute(f"INSERT INTO samples {samples}", (tar_file_id,))
-            except sqlite3.IntegrityError:
-                error = self._duplicate(self.db.execute(samples, (tar_file_id,)).fetchall())
-                self.db.execute("ROLLBACK")
-                raise error from None
-            self.db.execute(
-                "INSERT INTO sample_parts SELECT ?, sample_index, part_name, content_byte_offset, "
-                "content_byte_size FROM shard.sample_parts ORDER BY rowid",
-                (tar_file_id,),
-            )
+            self.db.execute(f"INSERT INTO samples {samples}", (tar_file_id,))
+        except sqlite3.IntegrityError:
+            raise self._duplicate(self.db.execute(samples, (tar_file_id,)).fetchall()) from None
+        self.db.execute(
+            "INSERT INTO sample_parts SELECT ?, sample_index, part_name, content_byte_offset, "
+            "content_byte_size FROM shard.sample_parts ORDER BY rowid",
+            (tar_file_id,),
+        )
+        if self._attached == "file":
             self.db.execute("COMMIT")
-        finally:
             self.db.execute("DETACH DATABASE shard")
+            self._attached = ""
 
     def _duplicate(self, samples: Sequence[SampleRow]) -> DuplicateKeyError:
         """Name both places of the key that broke the UNIQUE constraint."""
@@ -128,6 +140,9 @@ class IndexWriter:
         """Commit and switch to a rollback journal (Energon's mode); the file is then complete."""
         if self.db.in_transaction:
             self.db.execute("COMMIT")
+        if self._attached:
+            self.db.execute("DETACH DATABASE shard")
+            self._attached = ""
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
 
@@ -224,6 +239,14 @@ class SampleLocation:
     size: int
 
 
+#: Member ``key.part`` -> (tar_file_id, data offset, size): the UNIQUE ``sample_key`` index, the
+#: sample's row, then ``idx_sample_parts_full``, which covers the part's columns.
+_PART_SQL = (
+    "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
+    "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
+    "WHERE s.sample_key=? AND p.part_name=?"
+)
+
 #: Every live reader, so a forked child drops the connections it inherited (an SQLite connection
 #: must not cross a fork) without each query paying for an ``os.getpid()`` check.
 _READERS: weakref.WeakSet[IndexReader] = weakref.WeakSet()
@@ -304,16 +327,16 @@ class IndexReader:
         return row[0] if row else None
 
     def part(self, key: str, part: str) -> tuple[int, int, int] | None:
-        """(tar_file_id, data offset, size) of member ``key.part``, or None."""
+        """(tar_file_id, data offset, size) of member ``key.part``, or None (also when the index
+        has no ``sample_parts``: Energon 6). The hot path of every lookup by member name (aux
+        stores, ``read_file``): one statement, the thread's cursor, nothing built per call."""
         if not self.has_parts:
             return None
-        row = self._cursor().execute(
-            "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
-            "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
-            "WHERE s.sample_key=? AND p.part_name=?",
-            (key, part),
-        ).fetchone()
-        return row  # type: ignore[no-any-return]
+        try:
+            cur = self._local.cur
+        except AttributeError:
+            cur = self._cursor()
+        return cur.execute(_PART_SQL, (key, part)).fetchone()  # type: ignore[no-any-return]
 
     def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
         """(part name, data offset, size) of every member of a sample, in tar order."""

@@ -55,9 +55,11 @@ FLATNESS_SHARDS = 8
 
 @dataclass
 class Run:
-    """One timed subprocess: wall seconds, peak memory of its process tree, largest single process."""
+    """One timed subprocess: wall seconds, CPU seconds (user + system, all its processes), peak
+    memory of its process tree, largest single process."""
 
     seconds: float
+    cpu_seconds: float
     tree_peak_mb: float
     max_process_mb: float
     stdout: str = ""
@@ -79,6 +81,10 @@ class Figure:
         return min(r.seconds for r in self.runs)
 
     @property
+    def cpu_seconds(self) -> float:
+        return statistics.median(r.cpu_seconds for r in self.runs)
+
+    @property
     def tree_peak_mb(self) -> float:
         return max(r.tree_peak_mb for r in self.runs)
 
@@ -91,6 +97,7 @@ class Figure:
             "seconds_median": round(self.seconds, 3),
             "seconds_best": round(self.best, 3),
             "seconds_all": [round(r.seconds, 3) for r in self.runs],
+            "cpu_seconds_median": round(self.cpu_seconds, 3),
             "tree_peak_mb": round(self.tree_peak_mb, 1),
             "max_process_mb": round(self.max_process_mb, 1),
         }
@@ -184,7 +191,7 @@ def measure(cmd: list[str], poll: float) -> Run:
     if proc.returncode != 0:
         raise SystemExit(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{out}\n{err}")
     report = json.loads(out.strip().splitlines()[-1])
-    return Run(report["seconds"], peak / 2**20, report["maxrss_kb"] / 1024, report["stdout"])
+    return Run(report["seconds"], report["cpu_seconds"], peak / 2**20, report["maxrss_kb"] / 1024, report["stdout"])
 
 
 def exec_and_report(cmd: list[str]) -> None:
@@ -197,8 +204,9 @@ def exec_and_report(cmd: list[str]) -> None:
         sys.stderr.write(proc.stderr)
         sys.stdout.write(proc.stdout)
         raise SystemExit(proc.returncode)
-    maxrss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    print(json.dumps({"seconds": seconds, "maxrss_kb": maxrss, "stdout": proc.stdout}))
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    report = {"seconds": seconds, "cpu_seconds": usage.ru_utime + usage.ru_stime, "maxrss_kb": usage.ru_maxrss}
+    print(json.dumps({**report, "stdout": proc.stdout}))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -323,9 +331,13 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
         "figures": {name: fig.as_dict() for name, fig in figures.items()},
         "floor_loop_seconds": round(floor_info.get("loop_seconds", 0.0), 3),
     }
-    ratios: dict[str, float] = {"shardstore_over_floor": shardstore.seconds / floor.seconds}
+    ratios: dict[str, float] = {
+        "shardstore_over_floor": shardstore.seconds / floor.seconds,
+        "shardstore_over_floor_cpu": shardstore.cpu_seconds / floor.cpu_seconds,
+    }
     if not args.skip_energon:
         ratios["energon_over_shardstore"] = energon.seconds / shardstore.seconds
+        ratios["energon_over_shardstore_cpu"] = energon.cpu_seconds / shardstore.cpu_seconds
         ratios["energon_over_shardstore_memory"] = energon.tree_peak_mb / shardstore.tree_peak_mb
         results["outputs_agree"] = outputs_agree(ss_dir, en_dir)
     results["ratios"] = {k: round(v, 2) for k, v in ratios.items()}
@@ -374,14 +386,20 @@ def print_report(results: dict[str, Any]) -> None:
         f"{d['bytes'] / 1e9:.2f} GB, warm page cache; {results['machine']['cpus']} CPUs, "
         f"--num-workers {results['num_workers']}, load {results['machine']['load_avg_1m']:.1f}"
     )
-    print(f"{'':12s} {'median s':>9s} {'best s':>8s} {'tree peak MB':>13s} {'max proc MB':>12s}")
+    print(f"{'':12s} {'median s':>9s} {'best s':>8s} {'CPU s':>7s} {'tree peak MB':>13s} {'max proc MB':>12s}")
     for name, f in figs.items():
-        print(f"{name:12s} {f['seconds_median']:9.3f} {f['seconds_best']:8.3f} {f['tree_peak_mb']:13.1f} {f['max_process_mb']:12.1f}")
+        print(
+            f"{name:12s} {f['seconds_median']:9.3f} {f['seconds_best']:8.3f} {f['cpu_seconds_median']:7.2f} "
+            f"{f['tree_peak_mb']:13.1f} {f['max_process_mb']:12.1f}"
+        )
     print(f"(floor loop alone, without interpreter start-up: {results['floor_loop_seconds']:.3f} s)")
     r = results["ratios"]
     if "energon_over_shardstore" in r:
-        print(f"energon / shardstore: {r['energon_over_shardstore']:.1f}x time, {r['energon_over_shardstore_memory']:.2f}x memory")
-    print(f"shardstore / floor:   {r['shardstore_over_floor']:.2f}x time")
+        print(
+            f"energon / shardstore: {r['energon_over_shardstore']:.1f}x time ({r['energon_over_shardstore_cpu']:.1f}x CPU), "
+            f"{r['energon_over_shardstore_memory']:.2f}x memory"
+        )
+    print(f"shardstore / floor:   {r['shardstore_over_floor']:.2f}x time ({r['shardstore_over_floor_cpu']:.2f}x CPU)")
     if "flatness" in results:
         fl = results["flatness"]
         print(
