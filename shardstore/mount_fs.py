@@ -49,6 +49,12 @@ KERNEL_TIMEOUT = 3600.0
 #: ``st_blksize``: tools such as ``cp`` read in chunks of this size.
 BLKSIZE = 1 << 20
 _NS = 1_000_000_000
+#: A listing gives full attributes for its first entries when the kernel asks for them
+#: (READDIRPLUS), sparing one LOOKUP round trip per file that is then opened; past this many
+#: the entries are names only, so a huge folder's listing stays fast and creates no inodes.
+PLUS_ENTRIES = 4096
+_READDIR_PLUS, _FILL_DIR_PLUS = 1, 2
+_CAP_SPLICE_WRITE = 1 << 7  # libfuse's FUSE_CAP_SPLICE_WRITE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,18 +154,17 @@ class _Listing:
 
 
 class _LocalFile:
-    """An open member on local disk: each read is one ``pread`` of exactly the bytes asked for."""
+    """An open member on local disk: each read is one ``pread`` of exactly the bytes asked for,
+    done by libfuse itself (``read_buf`` hands it the shard's descriptor and offset)."""
 
-    __slots__ = ("storage", "shard", "node")
+    __slots__ = ("fd", "node")
 
-    def __init__(self, storage: Storage, shard: str, node: Node) -> None:
-        self.storage, self.shard, self.node = storage, shard, node
+    def __init__(self, fd: int, node: Node) -> None:
+        self.fd, self.node = fd, node
 
     def read(self, offset: int, size: int) -> bytes:
         size = min(size, self.node.size - offset)
-        if size <= 0:
-            return b""
-        return self.storage.read_range(self.shard, ByteRange(self.node.offset + offset, size))
+        return os.pread(self.fd, size, self.node.offset + offset) if size > 0 else b""
 
     def close(self) -> None:
         pass
@@ -213,6 +218,41 @@ class _RemoteFile:
         self.buf = b""
 
 
+# libfuse's ``struct fuse_buf`` / ``fuse_bufvec`` (one buffer). mfusepy's own ``fuse_bufvec``
+# declares ``buf`` as a pointer where libfuse has an inline array, so it cannot be used here.
+_BUF_IS_FD, _BUF_FD_SEEK, _BUF_FD_RETRY = 1 << 1, 1 << 2, 1 << 3
+
+
+class _Buf(ctypes.Structure):
+    _fields_ = [
+        ("size", ctypes.c_size_t),
+        ("flags", ctypes.c_int),
+        ("mem", ctypes.c_void_p),
+        ("fd", ctypes.c_int),
+        ("pos", ctypes.c_int64),
+    ]
+
+
+class _BufVec(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_size_t), ("idx", ctypes.c_size_t), ("off", ctypes.c_size_t), ("buf", _Buf)]
+
+
+_libc = ctypes.CDLL(None)
+_libc.calloc.restype = ctypes.c_void_p
+_libc.calloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+
+
+def _new_bufvec(size: int) -> _BufVec:
+    """A zeroed ``fuse_bufvec`` from libc's heap: libfuse frees it (and a memory buffer) with
+    ``free`` after the reply. Room is left for fields newer libfuse versions append."""
+    address = _libc.calloc(1, ctypes.sizeof(_BufVec) + 64)
+    if not address:
+        raise MemoryError("calloc failed")
+    vec = _BufVec.from_address(address)
+    vec.count, vec.buf.size = 1, size
+    return vec
+
+
 class ShardFS:
     """The mount's operations (mfusepy calls them; ``FastFUSE`` calls the ``*_into`` ones)."""
 
@@ -225,6 +265,9 @@ class ShardFS:
         self.dirs: dict[int, _Listing] = {}
         self.handles = itertools.count(1)
         self.pool = ThreadPoolExecutor(8, thread_name_prefix="shardstore-readahead")
+        self.fds: dict[tuple[int, int], int] = {}  # (tree, shard) -> descriptor of a local shard
+        self.fd_lock = threading.Lock()
+        self.zero_open = all(isinstance(t.dataset.storage, LocalStorage) for t in tree.all_trees())
         self.uid, self.gid = os.getuid(), os.getgid()
         self._mtimes: dict[tuple[int, int], int] = {}
         self._default_mtime = time.time_ns()
@@ -253,6 +296,13 @@ class ShardFS:
         if hit is None:
             raise not_found(path)
         return hit  # type: ignore[no-any-return]
+
+    def thread_started(self) -> None:
+        """A new FUSE worker thread: its index connection reads through SQLite's bounded page
+        cache rather than mapping the whole file. A mapping per worker thread would make the
+        mount's resident size grow towards (threads x index size) as listings touch the index."""
+        for tree in self.tree.all_trees():
+            tree.index._conn().execute("PRAGMA mmap_size=0")
 
     # ----- attributes ------------------------------------------------------------------------------
     def _shard_mtime(self, tree: Tree, shard: int) -> int:
@@ -348,29 +398,81 @@ class ShardFS:
     # ----- files -------------------------------------------------------------------------------------
     @_fuse_op
     def open(self, path: str, flags: int) -> int:
+        """Local trees answer ENOSYS: the kernel then opens files itself, without asking again
+        (a zero-message open, no OPEN and RELEASE round trips per file); reads find the member
+        by path. Remote trees keep per-open state for read-ahead."""
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC):
             raise _Errno(errno.EROFS)
         node = self.node(path)
         if node.is_dir:
             raise _Errno(errno.EISDIR)
         tree = self._source(path)
-        shard = tree.shard_names[node.shard]
-        ds = tree.dataset
-        if node.shard not in ds._checked:  # once per shard: same size (and ETag) as at prepare
-            ds._check_shard(ShardRef(shard, node.shard, ds.info.shard_counts[shard]))
+        self._check_shard(tree, node.shard)
+        if self.zero_open:
+            raise _Errno(errno.ENOSYS)
         fh = next(self.handles)
-        if isinstance(ds.storage, LocalStorage):
-            self.files[fh] = _LocalFile(ds.storage, shard, node)
+        storage = tree.dataset.storage
+        if isinstance(storage, LocalStorage):
+            self.files[fh] = _LocalFile(self._shard_fd(tree, node.shard), node)
         else:
-            self.files[fh] = _RemoteFile(ds.storage, shard, node, self.pool)
+            self.files[fh] = _RemoteFile(storage, tree.shard_names[node.shard], node, self.pool)
         return fh
+
+    @staticmethod
+    def _check_shard(tree: Tree, tar_file_id: int) -> None:
+        """Once per shard: it has the size (and ETag) it had at prepare, else StaleIndexError."""
+        ds = tree.dataset
+        if tar_file_id not in ds._checked:
+            shard = tree.shard_names[tar_file_id]
+            ds._check_shard(ShardRef(shard, tar_file_id, ds.info.shard_counts[shard]))
+
+    def _shard_fd(self, tree: Tree, tar_file_id: int) -> int:
+        key = (id(tree), tar_file_id)
+        fd = self.fds.get(key)
+        if fd is None:
+            with self.fd_lock:
+                fd = self.fds.get(key)
+                if fd is None:
+                    path = tree.dataset.storage.local_path(tree.shard_names[tar_file_id])
+                    assert path is not None
+                    fd = self.fds[key] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return fd
+
+    def _open_file(self, path: str, fh: int) -> _LocalFile | _RemoteFile:
+        f = self.files.get(fh)
+        if f is not None:
+            return f
+        if not self.zero_open:
+            raise _Errno(errno.EBADF)
+        node = self.node(path)  # a zero-message open: no handle, the path names the member
+        tree = self._source(path)
+        self._check_shard(tree, node.shard)
+        return _LocalFile(self._shard_fd(tree, node.shard), node)
+
+    @_fuse_op
+    def read_buf(self, path: str, bufpp: Any, size: int, offset: int, fh: int) -> int:
+        """``read`` without copies through Python for local shards: libfuse reads (or splices)
+        the range from the shard's descriptor itself; remote data is handed over in C memory."""
+        f = self._open_file(path, fh)
+        if isinstance(f, _LocalFile):
+            size = max(0, min(size, f.node.size - offset))
+            vec = _new_bufvec(size)
+            vec.buf.flags = _BUF_IS_FD | _BUF_FD_SEEK | _BUF_FD_RETRY
+            vec.buf.fd, vec.buf.pos = f.fd, f.node.offset + offset
+        else:
+            data = f.read(offset, size)
+            vec = _new_bufvec(len(data))
+            if data:
+                vec.buf.mem = _libc.calloc(1, len(data))
+                if not vec.buf.mem:
+                    raise MemoryError("calloc failed")
+                ctypes.memmove(vec.buf.mem, data, len(data))
+        ctypes.cast(bufpp, ctypes.POINTER(ctypes.c_void_p))[0] = ctypes.addressof(vec)
+        return 0
 
     @_fuse_op
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-        f = self.files.get(fh)
-        if f is None:
-            raise _Errno(errno.EBADF)
-        return f.read(offset, size)
+        return self._open_file(path, fh).read(offset, size)
 
     @_fuse_op
     def release(self, path: str, fh: int) -> int:
@@ -400,29 +502,36 @@ class ShardFS:
 
     def init_with_config(self, conn: Any, config: Any) -> None:
         """Let the kernel keep names, attributes and pages: nothing changes under the mount."""
+        if conn is not None and conn.capable & _CAP_SPLICE_WRITE:
+            conn.want |= _CAP_SPLICE_WRITE  # read replies from a shard's descriptor move by splice()
         if config is not None:
             config.entry_timeout = config.attr_timeout = config.negative_timeout = KERNEL_TIMEOUT
             config.kernel_cache = 1
 
     def destroy(self, path: str) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
 
 _pinned: set[int] = set()
 
 
-def _pin_thread_state() -> None:
+def _pin_thread_state() -> bool:
     """Give this (libfuse worker) thread a Python thread state for good.
 
     ctypes makes a thread state for each callback on a foreign thread and drops it afterwards,
     and with it everything in ``threading.local``: the index's per-thread SQLite connection
     would be reopened on every request. One extra ``PyGILState_Ensure`` that is never released
-    keeps the state (one per worker thread, as for a Python thread).
+    keeps the state (one per worker thread, as for a Python thread). True the first time.
     """
     ident = threading.get_ident()
-    if ident not in _pinned:
-        _pinned.add(ident)
-        ctypes.pythonapi.PyGILState_Ensure()
+    if ident in _pinned:
+        return False
+    _pinned.add(ident)
+    ctypes.pythonapi.PyGILState_Ensure()
+    return True
 
 
 def fuse_class(mfusepy: Any) -> type:
@@ -431,7 +540,8 @@ def fuse_class(mfusepy: Any) -> type:
 
     class FastFUSE(mfusepy.FUSE):  # type: ignore[misc, name-defined]
         def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
-            _pin_thread_state()
+            if _pin_thread_state():
+                self.operations.thread_started()
             return super()._wrapper(func, *args, **kwargs)
 
         def getattr_fuse_3(self, path: bytes, buf: Any, fip: Any) -> int:
@@ -440,15 +550,29 @@ def fuse_class(mfusepy: Any) -> type:
             return 0
 
         def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
-            dir_st, file_st = mfusepy.c_stat(), mfusepy.c_stat()
+            dir_st, file_st, full_st = mfusepy.c_stat(), mfusepy.c_stat(), mfusepy.c_stat()
             dir_st.st_mode, file_st.st_mode = DIR_MODE, FILE_MODE
             kinds = (ctypes.pointer(file_st), ctypes.pointer(dir_st))
+            full, full_size = ctypes.pointer(full_st), ctypes.sizeof(full_st)
             encoding, errors = self.encoding, self.errors
+            folder = path.decode(encoding, errors)
+            base = folder.rstrip("/")
+            ops = self.operations
+            plus = flags & _READDIR_PLUS
 
             def add(name: str, is_dir: bool, off: int) -> int:
+                if plus and 2 < off <= PLUS_ENTRIES:
+                    # with attributes: the kernel then needs no LOOKUP for this name
+                    ctypes.memset(full, 0, full_size)
+                    try:
+                        ops.stat_into(f"{base}/{name}", full_st)
+                    except OSError:
+                        pass
+                    else:
+                        return filler(buf, name.encode(encoding, errors), full, off, _FILL_DIR_PLUS)  # type: ignore[no-any-return]
                 return filler(buf, name.encode(encoding, errors), kinds[is_dir], off, 0)  # type: ignore[no-any-return]
 
-            self.operations.readdir_into(path.decode(encoding, errors), fip.contents.fh, offset, add)
+            ops.readdir_into(folder, fip.contents.fh, offset, add)
             return 0
 
     return FastFUSE

@@ -6,6 +6,7 @@ here (no /dev/fuse, no fusermount3, no libfuse3); under CI (``CI=true``) they fa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,3 +47,17 @@ def mounted(fuse: None, tmp_path: Path) -> Iterator[Callable[..., MountHandle]]:
     yield make
     for handle in handles:
         handle.unmount()
+
+
+@pytest.fixture(autouse=True)
+def _no_mount_left_behind(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test does (or fails to do), nothing stays mounted under its folder."""
+    yield
+    from shardstore.mount import _mounted_fuse, umount
+
+    for mp in sorted(_mounted_fuse()):
+        if mp.startswith(str(tmp_path) + os.sep):
+            try:
+                umount(mp, timeout=5)
+            except shardstore.ShardstoreError:
+                pass

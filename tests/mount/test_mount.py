@@ -247,7 +247,7 @@ def test_cli_umount_after_the_mount_process_died(mount_data: MountData, fuse: No
     assert _is_mounted(str(mp))  # the kernel keeps a dead FUSE mount
     with pytest.raises(OSError) as e:
         os.listdir(mp)
-    assert e.value.errno == errno.ENOTCONN
+    assert e.value.errno in (errno.ENOTCONN, errno.ECONNABORTED)
     done = _cli("umount", mp)
     assert done.returncode == 0, done.stderr
     assert not _is_mounted(str(mp)) and os.listdir(mp) == []

@@ -1,0 +1,367 @@
+"""Mount benchmark: ``shardstore mount`` against ``energon mount`` and against reading directly.
+
+Figures (warm page cache; a fresh mount for every run, so the kernel's FUSE caches start cold):
+
+- files: read every file of a 1,000-sample dataset (3,000 members: jpg/txt/json) through the
+  flat root, one thread (``os.listdir``, then ``os.open``/``os.read``/``os.close`` per file), files/s for
+  ``shardstore mount`` and for ``energon mount`` on the same prepared folder (target >= 2x);
+- large member: one 256 MB member read front to back in 1 MB reads through the mount, against
+  reading the same byte range of the tar file directly with the same reads (target >= 50%);
+- 256k samples (``/work/bench-data/read``, the benchmark default, if it is prepared; else a
+  synthetic 256,000-sample dataset of tiny parts): time until ``mount()`` returns, until
+  ``ls -U | head`` prints (the first readdir page), and a full sorted ``ls | head``; the mount
+  process's resident memory (target: ready < 1 s, RSS < 100 MB); full-listing entries/s of the
+  root in both layouts (DESIGN.md section 7: 100k+ entries/s).
+
+Bytes are checked: both mounts must return the same bytes for every file, the large member the
+same bytes as the tar. Each figure keeps the best of ``--repeat`` runs (the machine is shared).
+
+Example: .venv/bin/python tools/bench/mount.py --json /tmp/mount-bench.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import shardstore  # noqa: E402
+from shardstore.mount import _fuse_library, _is_mounted  # noqa: E402
+
+DEFAULT_256K = "/work/bench-data/read"
+ENERGON = ROOT / ".venv" / "bin" / "energon"
+#: (figure, minimum) from the issue and DESIGN.md section 7.
+TARGETS = {"files_vs_energon": 2.0, "large_vs_direct": 0.5, "ready_s": 1.0, "rss_mb": 100.0, "listing_per_s": 100_000}
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def wait_mounted(mp: str, proc: subprocess.Popen[bytes], timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not _is_mounted(mp):
+        if proc.poll() is not None:
+            raise RuntimeError(f"mount process exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{mp} not mounted after {timeout} s")
+        time.sleep(0.01)
+
+
+@contextmanager
+def shardstore_mount(data: Path, mp: str, layout: str = "flat") -> Iterator[int]:
+    handle = shardstore.mount(data, mp, layout=layout)
+    try:
+        yield handle.pid  # type: ignore[misc]
+    finally:
+        handle.unmount()
+
+
+@contextmanager
+def energon_mount(data: Path, mp: str) -> Iterator[int]:
+    """``energon mount PATH MOUNTPOINT`` (flat: one folder of all parts), in the foreground."""
+    os.makedirs(mp, exist_ok=True)
+    env = dict(os.environ, FUSE_LIBRARY_PATH=_fuse_library())
+    proc = subprocess.Popen([str(ENERGON), "mount", str(data), mp], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        wait_mounted(mp, proc)
+        yield proc.pid
+    finally:
+        subprocess.run(["fusermount3", "-u", mp], check=False, capture_output=True)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def read_all(mp: str) -> tuple[int, float, str]:
+    """Read every file of the mount's root: (files, seconds, digest of names and contents).
+
+    Only the listing and the reads are timed; the digest is taken afterwards.
+    """
+    t0 = time.perf_counter()
+    names = sorted(n for n in os.listdir(mp) if not n.startswith(".by-"))
+    contents = []
+    for name in names:
+        # os.open/os.read, not open(): Python's open() asks isatty(), one more ioctl round trip
+        # through FUSE per file on both mounts that says nothing about either
+        fd = os.open(os.path.join(mp, name), os.O_RDONLY)
+        try:
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        contents.append(chunks)
+    seconds = time.perf_counter() - t0
+    digest = hashlib.sha256()
+    for name, chunks in zip(names, contents):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(b"".join(chunks)).digest())
+    return len(names), seconds, digest.hexdigest()
+
+
+def best(runs: int, fn: Callable[[], Any], key: Callable[[Any], float]) -> Any:
+    return min((fn() for _ in range(runs)), key=key)
+
+
+# ----- datasets -----------------------------------------------------------------------------------
+def small_dataset(work: Path) -> Path:
+    from make_dataset import make_dataset
+
+    path = work / "files-1000"
+    if not (path / ".nv-meta").exists():
+        make_dataset(str(path), shards=4, samples=250, seed=1)
+        shardstore.prepare(str(path), split_ratio="8,1,1", num_workers=1)
+    return path
+
+
+def large_dataset(work: Path, mb: int) -> tuple[Path, str, int]:
+    """One shard: a small sample, a ``mb`` MB member, another small sample."""
+    path = work / f"large-{mb}mb"
+    name = "big/blob.bin"
+    if not (path / ".nv-meta").exists():
+        (path / "parts").mkdir(parents=True, exist_ok=True)
+        chunk = os.urandom(1 << 20)
+        with tarfile.open(path / "parts" / "large.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for member, size in (("a.txt", 10), (name, mb << 20), ("z.txt", 10)):
+                info = tarfile.TarInfo(member)
+                info.size = size
+                tar.addfile(info, _Repeat(chunk, size) if size > 10 else io.BytesIO(b"0123456789"))
+        shardstore.prepare(str(path), split_ratio="1,0,0", num_workers=1)
+    return path, name, mb << 20
+
+
+class _Repeat(io.RawIOBase):
+    """``size`` bytes made of one random chunk repeated (a big member without a big buffer)."""
+
+    def __init__(self, chunk: bytes, size: int) -> None:
+        self.chunk, self.left = chunk, size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = min(len(b), len(self.chunk), self.left)
+        b[:n] = self.chunk[:n]
+        self.left -= n
+        return n
+
+
+def tiny_256k(work: Path) -> Path:
+    """256 shards x 1,000 samples x 3 parts of 10 bytes, written with tarfile."""
+    path = work / "tiny-256k"
+    if not (path / ".nv-meta").exists():
+        (path / "parts").mkdir(parents=True, exist_ok=True)
+        payload = io.BytesIO(b"0123456789")
+        for s in range(256):
+            with tarfile.open(path / "parts" / f"t-{s:04d}.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+                for i in range(1000):
+                    for part in ("jpg", "txt", "json"):
+                        info = tarfile.TarInfo(f"s{s:05d}_{i:06d}.{part}")
+                        info.size = 10
+                        payload.seek(0)
+                        tar.addfile(info, payload)
+        shardstore.prepare(str(path), split_ratio="8,1,1")
+    return path
+
+
+# ----- figures ------------------------------------------------------------------------------------
+def bench_files(work: Path, repeat: int) -> dict[str, Any]:
+    data = small_dataset(work)
+    out: dict[str, Any] = {"dataset": str(data)}
+    digests = {}
+    for label, mounter in (("shardstore", shardstore_mount), ("energon", energon_mount)):
+
+        def run(mounter: Any = mounter, label: str = label) -> tuple[int, float, str, float, float]:
+            mp = str(work / f"mnt-{label}")
+            t0 = time.perf_counter()
+            with mounter(data, mp) as pid:
+                ready = time.perf_counter() - t0
+                cpu0 = cpu_seconds(pid) + time.process_time()
+                n, seconds, digest = read_all(mp)
+                cpu = cpu_seconds(pid) + time.process_time() - cpu0
+            return n, seconds, digest, ready, cpu
+
+        n, seconds, digest, ready, cpu = best(repeat, run, key=lambda r: r[1])
+        digests[label] = digest
+        out[label] = {
+            "files": n, "seconds": round(seconds, 3), "files_per_s": round(n / seconds), "ready_s": round(ready, 3),
+            "cpu_us_per_file": round(cpu / n * 1e6),
+        }
+        print(
+            f"  {label:10s} {n} files in {seconds:.3f} s: {n / seconds:,.0f} files/s "
+            f"(mount ready in {ready:.2f} s; {cpu / n * 1e6:.0f} us CPU per file, mount process + reader)",
+            flush=True,
+        )
+    if digests["shardstore"] != digests["energon"]:
+        raise SystemExit("the two mounts returned different bytes")
+    out["ratio"] = round(out["shardstore"]["files_per_s"] / out["energon"]["files_per_s"], 2)
+    return out
+
+
+def read_sequential(path: str, offset: int, size: int, block: int = 1 << 20) -> tuple[float, str]:
+    """Read ``size`` bytes from ``offset`` in ``block``-byte reads into one buffer: (seconds,
+    digest). Only the reads are timed."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        t0 = time.perf_counter()
+        pos = 0
+        while pos < size:
+            n = os.preadv(fd, [view[pos : pos + block]], offset + pos)
+            if n <= 0:
+                break
+            pos += n
+        seconds = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+    return seconds, hashlib.sha256(view[:pos]).hexdigest()
+
+
+def bench_large(work: Path, mb: int, repeat: int) -> dict[str, Any]:
+    data, name, size = large_dataset(work, mb)
+    ds = shardstore.open(str(data), split=None)
+    shard, rng = ds.member_range(name)
+    tar = str(data / shard)
+    read_sequential(tar, rng.offset, rng.size)  # warm the page cache
+    direct, want = best(repeat, lambda: read_sequential(tar, rng.offset, rng.size), key=lambda r: r[0])
+
+    def through_mount() -> tuple[float, str]:
+        mp = str(work / "mnt-large")
+        with shardstore_mount(data, mp):
+            return read_sequential(os.path.join(mp, name), 0, size)
+
+    mounted, got = best(repeat, through_mount, key=lambda r: r[0])
+    if got != want:
+        raise SystemExit("the large member read through the mount differs from the tar's bytes")
+    out = {
+        "member_mb": mb,
+        "direct_mb_per_s": round(size / direct / 1e6),
+        "mount_mb_per_s": round(size / mounted / 1e6),
+        "ratio": round(direct / mounted, 2),
+    }
+    print(f"  direct {out['direct_mb_per_s']:,} MB/s, through the mount {out['mount_mb_per_s']:,} MB/s", flush=True)
+    return out
+
+
+def bench_256k(work: Path, data: Path | None, repeat: int) -> dict[str, Any]:
+    if data is None:
+        data = tiny_256k(work)
+    samples = sum(shardstore.open(str(data), split=None).info.shard_counts.values())
+    out: dict[str, Any] = {"dataset": str(data), "samples": samples}
+    mp = str(work / "mnt-256k")
+    for layout in ("flat", "samples"):
+
+        def run(layout: str = layout) -> dict[str, Any]:
+            t0 = time.perf_counter()
+            with shardstore_mount(data, mp, layout) as pid:
+                ready = time.perf_counter() - t0
+                first = subprocess.run(f"ls -U {mp} | head -3", shell=True, capture_output=True, text=True, check=True)
+                first_page = time.perf_counter() - t0
+                rss_ready = rss_mb(pid)
+                t1 = time.perf_counter()
+                head = subprocess.run(f"ls {mp} | head -3", shell=True, capture_output=True, text=True, check=True)
+                ls_head = time.perf_counter() - t1
+                t1 = time.perf_counter()
+                entries = len(os.listdir(mp))
+                listing = time.perf_counter() - t1
+                return {
+                    "ready_s": round(ready, 3), "first_page_s": round(first_page, 3), "ls_head_s": round(ls_head, 3),
+                    "rss_ready_mb": round(rss_ready, 1), "rss_after_listing_mb": round(rss_mb(pid), 1),
+                    "entries": entries, "listing_per_s": round(entries / listing),
+                    "first": first.stdout.split(), "head": head.stdout.split(),
+                }
+
+        fig = best(repeat, run, key=lambda r: r["first_page_s"])
+        out[layout] = fig
+        print(
+            f"  {layout:8s} ready {fig['ready_s']:.2f} s, first page (ls -U | head) {fig['first_page_s']:.2f} s, "
+            f"ls | head {fig['ls_head_s']:.2f} s, RSS {fig['rss_ready_mb']:.0f} MB "
+            f"({fig['rss_after_listing_mb']:.0f} MB after listing all), "
+            f"{fig['entries']:,} entries at {fig['listing_per_s']:,}/s",
+            flush=True,
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--work", help="folder for generated datasets and mount points (default: a temp folder)")
+    ap.add_argument("--data-256k", default=DEFAULT_256K, help="prepared 256k-sample dataset (default: %(default)s)")
+    ap.add_argument("--large-mb", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=["files", "large", "256k"], action="append")
+    ap.add_argument("--json", help="write the figures here as JSON")
+    args = ap.parse_args()
+    os.environ.setdefault("FUSE_LIBRARY_PATH", _fuse_library())
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="shardstore-mount-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    only = set(args.only or ["files", "large", "256k"])
+    results: dict[str, Any] = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
+    if "files" in only:
+        print("1,000 samples, every file through the flat root:", flush=True)
+        results["files"] = bench_files(work, args.repeat)
+    if "large" in only:
+        print(f"one {args.large_mb} MB member, 1 MB reads:", flush=True)
+        results["large"] = bench_large(work, args.large_mb, args.repeat)
+    if "256k" in only:
+        data = Path(args.data_256k) if (Path(args.data_256k) / ".nv-meta" / "index.sqlite").exists() else None
+        print(f"256k samples ({data or 'synthetic tiny parts'}):", flush=True)
+        results["256k"] = bench_256k(work, data, args.repeat)
+    results["load_after"] = os.getloadavg()[0]
+    checks = []
+    if "files" in results:
+        checks.append(("files/s vs energon mount", results["files"]["ratio"], TARGETS["files_vs_energon"], True))
+    if "large" in results:
+        checks.append(("large member vs direct", results["large"]["ratio"], TARGETS["large_vs_direct"], True))
+    if "256k" in results:
+        flat = results["256k"]["flat"]
+        checks += [
+            ("256k ready + first page (s)", flat["first_page_s"], TARGETS["ready_s"], False),
+            ("256k RSS (MB)", max(flat["rss_after_listing_mb"], results["256k"]["samples"]["rss_after_listing_mb"]),
+             TARGETS["rss_mb"], False),
+            ("full listing entries/s (flat)", flat["listing_per_s"], TARGETS["listing_per_s"], True),
+        ]
+    print("\ntargets:")
+    for label, value, target, higher in checks:
+        ok = value >= target if higher else value <= target
+        print(f"  {'ok  ' if ok else 'MISS'} {label}: {value} ({'>=' if higher else '<='} {target})")
+    results["targets_met"] = all((v >= t) if h else (v <= t) for _, v, t, h in checks)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
