@@ -290,3 +290,83 @@ def test_larger_dataset_mounts_fast_and_small(fuse: None, tmp_path: Path, mounte
     rss = mount_rss(handle.pid)  # type: ignore[arg-type]
     assert ready < 3.0 and listed < 1.0, (ready, listed)
     assert rss < 100 * 2**20, rss
+
+
+def test_remote_read_ahead_grows_on_sequential_reads(mount_data: MountData) -> None:
+    """The S3 reader's window: few range requests for a sequential read, exact bytes for seeks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardstore.mount_fs import MAX_WINDOW, MIN_WINDOW, _RemoteFile
+    from shardstore.mount_tree import Node
+    from shardstore.storage import ByteRange, LocalStorage
+
+    class Counting(LocalStorage):
+        def __init__(self, root: str) -> None:
+            super().__init__(root)
+            self.requests: list[int] = []
+
+        def read_range(self, path: str, rng: ByteRange) -> bytes:
+            self.requests.append(rng.size)
+            return super().read_range(path, rng)
+
+    blob = next(m for m in mount_data.members if m.name == "big/blob.bin")
+    ds = shardstore.open(str(mount_data.path), split=None)
+    shard, rng = ds.member_range(blob.name)
+    storage = Counting(str(mount_data.path))
+    with ThreadPoolExecutor(2) as pool:
+        f = _RemoteFile(storage, shard, Node(False, rng.size, 0, rng.offset), pool)
+        got = b"".join(f.read(off, 128 * 1024) for off in range(0, rng.size, 128 * 1024))
+        assert got == blob.data
+        assert len(storage.requests) <= 8 and max(storage.requests) <= MAX_WINDOW  # not one per 128 KB read
+        storage.requests.clear()
+        for off in (4_000_000, 10, 2_000_000):
+            assert f.read(off, 1000) == blob.data[off : off + 1000]
+        assert storage.requests[0] == MIN_WINDOW  # a seek starts over with a small window
+        f.close()
+
+
+def test_metadataset_yaml_mounts_one_folder_per_dataset(
+    fuse: None, make_shards: Callable[..., Path], tmp_path: Path, mounted: Callable[..., MountHandle]
+) -> None:
+    roots = {}
+    for name, n in (("ds_a", 6), ("ds_b", 4)):
+        roots[name] = make_shards(shards=2, samples=n, name=name)
+        shardstore.prepare(str(roots[name]), split_ratio="1,1,0", num_workers=1)
+    yaml = tmp_path / "meta.yaml"
+    yaml.write_text(
+        "__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n"
+        "  train:\n    blend:\n      - {weight: 1, path: ds_a}\n      - {weight: 2, path: ds_b}\n"
+        "  val:\n    path: ds_a\n"
+    )
+    for layout in LAYOUTS:
+        mp = Path(mounted(yaml, layout).mountpoint)
+        assert sorted(os.listdir(mp)) == ["ds_a", "ds_b"]
+        for name, root in roots.items():
+            ds = shardstore.open(str(root), split=None)
+            assert sorted(os.listdir(mp / name / ".by-split")) == ["test", "train", "val"]
+            for key in ds.keys():
+                sample = ds.get(key)
+                for part in sample.parts:
+                    rel = f"{key}.{part}" if layout == "flat" else f"{key}/{part}"
+                    assert (mp / name / rel).read_bytes() == sample[part]
+                    assert (mp / name / ".by-shard" / sample.shard / rel).read_bytes() == sample[part]
+
+
+def test_cli_mount_foreground_serves_until_unmounted(mount_data: MountData, fuse: None, tmp_path: Path) -> None:
+    mp = tmp_path / "fg"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardstore.cli", "mount", str(mount_data.path), str(mp), "--foreground"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _is_mounted(str(mp)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.02)
+        assert (mp / "plain2.txt").read_bytes() == b"two"
+        assert _cli("umount", mp).returncode == 0
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -6,7 +6,9 @@ Figures (warm page cache; a fresh mount for every run, so the kernel's FUSE cach
   flat root, one thread (``os.listdir``, then ``os.open``/``os.read``/``os.close`` per file), files/s for
   ``shardstore mount`` and for ``energon mount`` on the same prepared folder (target >= 2x);
 - large member: one 256 MB member read front to back in 1 MB reads through the mount, against
-  reading the same byte range of the tar file directly with the same reads (target >= 50%);
+  reading the same byte range of the tar file directly with the same reads into one reused
+  buffer (the page-cache floor), and against ``ds.read_file`` (the library's direct read of a
+  member: one read into a new buffer) (target >= 50%);
 - 256k samples (``/work/bench-data/read``, the benchmark default, if it is prepared; else a
   synthetic 256,000-sample dataset of tiny parts): time until ``mount()`` returns, until
   ``ls -U | head`` prints (the first readdir page), and a full sorted ``ls | head``; the mount
@@ -124,7 +126,7 @@ def read_all(mp: str) -> tuple[int, float, str]:
         contents.append(chunks)
     seconds = time.perf_counter() - t0
     digest = hashlib.sha256()
-    for name, chunks in zip(names, contents):
+    for name, chunks in zip(names, contents, strict=True):
         digest.update(name.encode() + b"\0" + hashlib.sha256(b"".join(chunks)).digest())
     return len(names), seconds, digest.hexdigest()
 
@@ -264,13 +266,29 @@ def bench_large(work: Path, mb: int, repeat: int) -> dict[str, Any]:
     mounted, got = best(repeat, through_mount, key=lambda r: r[0])
     if got != want:
         raise SystemExit("the large member read through the mount differs from the tar's bytes")
+
+    def library() -> float:
+        t0 = time.perf_counter()
+        data = ds.read_file(name)
+        seconds = time.perf_counter() - t0
+        assert len(data) == size
+        return seconds
+
+    lib = best(repeat, library, key=lambda r: r)
     out = {
         "member_mb": mb,
         "direct_mb_per_s": round(size / direct / 1e6),
+        "library_mb_per_s": round(size / lib / 1e6),
         "mount_mb_per_s": round(size / mounted / 1e6),
         "ratio": round(direct / mounted, 2),
+        "ratio_vs_library": round(lib / mounted, 2),
     }
-    print(f"  direct {out['direct_mb_per_s']:,} MB/s, through the mount {out['mount_mb_per_s']:,} MB/s", flush=True)
+    print(
+        f"  direct (1 MB preads of the tar into one buffer) {out['direct_mb_per_s']:,} MB/s, "
+        f"ds.read_file (one read) {out['library_mb_per_s']:,} MB/s, "
+        f"through the mount {out['mount_mb_per_s']:,} MB/s",
+        flush=True,
+    )
     return out
 
 
@@ -343,7 +361,8 @@ def main() -> None:
     if "files" in results:
         checks.append(("files/s vs energon mount", results["files"]["ratio"], TARGETS["files_vs_energon"], True))
     if "large" in results:
-        checks.append(("large member vs direct", results["large"]["ratio"], TARGETS["large_vs_direct"], True))
+        checks.append(("large member vs direct 1 MB preads", results["large"]["ratio"], TARGETS["large_vs_direct"], True))
+        checks.append(("large member vs ds.read_file", results["large"]["ratio_vs_library"], TARGETS["large_vs_direct"], True))
     if "256k" in results:
         flat = results["256k"]["flat"]
         checks += [
