@@ -370,3 +370,16 @@ def test_cli_mount_foreground_serves_until_unmounted(mount_data: MountData, fuse
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_split_view_hides_the_samples_split_yaml_excludes(fuse: None, tmp_path: Path, mounted: Callable[..., MountHandle]) -> None:
+    data = build_dataset(tmp_path / "ds")
+    split_yaml = data.path / ".nv-meta" / "split.yaml"
+    split_yaml.write_text(split_yaml.read_text().replace("exclude: []", "exclude:\n- shards/part-000002.tar/plain2"))
+    for layout in LAYOUTS:
+        mp = Path(mounted(data.path, layout).mountpoint)
+        name = "plain2.txt" if layout == "flat" else "plain2"
+        assert name not in os.listdir(mp / ".by-split" / "val")
+        assert not (mp / ".by-split" / "val" / name).exists()
+        assert (mp / name).exists() and (mp / ".by-shard/shards/part-000002.tar" / name).exists()
+        assert ("plain1.txt" if layout == "flat" else "plain1") in os.listdir(mp / ".by-split" / "val")
