@@ -221,7 +221,7 @@ def _shard_rows() -> ShardRows:
 def _gc_paused() -> Iterator[None]:
     """No cyclic garbage collection while a shard is scanned: the scan allocates hundreds of
     thousands of tuples and lists (and no cycles), and each collection they trigger walks every
-    live object; that cost about 40% of a scan."""
+    live object; that cost about a quarter of a worker's time."""
     enabled = gc.isenabled()
     gc.disable()
     try:
