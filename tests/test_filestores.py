@@ -125,6 +125,65 @@ def test_indexed_tar_store_not_prepared(tmp_path: Path) -> None:
         IndexedTarStore(str(tmp_path / "raw"))
 
 
+def _checked_shards(store: IndexedTarStore) -> list[int]:
+    """The shards whose rowid ranges this thread's index connection has checked."""
+    conn = store.dataset.index._conn()
+    if conn.execute("SELECT 1 FROM sqlite_temp_master WHERE name='shard_rows'").fetchone() is None:
+        return []  # no lookup by member name yet on this connection
+    return [r[0] for r in conn.execute("SELECT tar_file_id FROM temp.shard_rows ORDER BY tar_file_id")]
+
+
+def test_indexed_tar_store_lookups_skip_the_sample_row_once_a_shard_is_checked(aux_tar: Path) -> None:
+    """prepare writes a shard's ``samples`` rows in order: after some lookups in a shard its rowid
+    range is checked, later lookups take the shorter statement, and every answer stays the same."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from shardstore.index.sqlite import _PART_BY_ROWID_SQL, _PART_SQL
+
+    store = IndexedTarStore(str(aux_tar))
+    assert _checked_shards(store) == []
+    for _ in range(2):
+        for i, name in enumerate(names()):
+            assert store[name] == media_bytes("image", i)
+    assert _checked_shards(store) == [0, 1, 2]
+    conn = store.dataset.index._conn()
+    for name in names() + ["images/00001.png", "images/00777.jpg"]:
+        key, part = name.rsplit(".", 1)
+        joined = conn.execute(_PART_SQL, (key, part)).fetchone()
+        assert conn.execute(_PART_BY_ROWID_SQL, (key, part)).fetchone() == (joined[:3] if joined else None)
+    with ThreadPoolExecutor(4) as pool:  # each thread's connection learns on its own
+        assert list(pool.map(store.__getitem__, names() * 3)) == [media_bytes("image", i) for i in range(IMAGES)] * 3
+    assert store.get_many(names()) == [media_bytes("image", i) for i in range(IMAGES)]
+
+
+@pytest.mark.parametrize("order", ["shuffled", "shards_reversed"])
+def test_indexed_tar_store_samples_rows_in_another_order(tmp_path: Path, order: str) -> None:
+    """Another writer may store ``samples`` rows in another order (Energon's interleaves shards):
+    the rowid ranges are checked, never assumed, so lookups stay right either way."""
+    import random
+    import sqlite3
+
+    path = tmp_path / order
+    write_aux_tar(str(path), 40, shards=2)
+    shardstore.prepare(str(path), split_ratio="1,0,0", num_workers=1)
+    db = sqlite3.connect(path / ".nv-meta" / "index.sqlite")
+    rows = db.execute("SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples").fetchall()
+    if order == "shuffled":
+        random.Random(0).shuffle(rows)
+    else:
+        rows.sort(key=lambda r: (-r[0], r[2]))  # shard 1's rows first, each shard's in order
+    db.execute("DELETE FROM samples")
+    db.executemany("INSERT INTO samples VALUES (?, ?, ?, ?, ?)", rows)
+    db.commit()
+    db.close()
+    store = IndexedTarStore(str(path))
+    for _ in range(3):
+        assert [store[n] for n in names(40)] == [media_bytes("image", i) for i in range(40)]
+    assert _checked_shards(store) == ([] if order == "shuffled" else [0, 1])
+    assert store.dataset.index._rowid_order == (order != "shuffled")
+    assert "images/00040.jpg" not in store and "images/00001.png" not in store
+
+
 # ----- FolderStore ----------------------------------------------------------------------------------
 def test_folder_store_reads_files(folder: Path) -> None:
     store = FolderStore(str(folder))
