@@ -37,7 +37,9 @@ __all__ = ["LAYOUTS", "MountHandle", "Node", "Tree", "mount", "open_tree", "serv
 
 log = logging.getLogger("shardstore.mount")
 
-#: FUSE worker threads (requests take turns on the GIL, but S3 reads overlap).
+#: FUSE worker threads, and idle ones kept (requests take turns on the GIL, but S3 reads and the
+#: kernel-side copies of local reads overlap). Setting the idle count also spares libfuse 3.14 a
+#: spurious "Ignoring invalid max threads value" message.
 MAX_THREADS = 8
 _OPTIONS_ENV = "SHARDSTORE_MOUNT_STORAGE_OPTIONS"
 _CHILD_MARK = "from shardstore.mount import _child_main"
@@ -123,10 +125,13 @@ def serve(url: str, mountpoint: str, layout: str = "flat", storage_options: dict
 
     fs = ShardFS(tree)
     log.info("serving %s at %s (%s layout)", url, mountpoint, layout)
+    threads: dict[str, int] = {"max_idle_threads": MAX_THREADS}
+    if (mfusepy.fuse_version_major, mfusepy.fuse_version_minor) >= (3, 12):  # older libfuse 3 lacks the option
+        threads["max_threads"] = MAX_THREADS
     try:
         fuse_class(mfusepy)(
             fs, mountpoint, foreground=True, ro=True, default_permissions=True, fsname="shardstore", subtype="shardstore",
-            max_threads=MAX_THREADS,
+            **threads,
         )
     except RuntimeError as e:
         raise MountError(f"FUSE failed with code {e}", path=mountpoint) from None
