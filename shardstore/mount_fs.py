@@ -4,11 +4,18 @@ errno lives here only: ``SampleNotFoundError`` becomes ENOENT, any other error E
 Every call that would change something answers EROFS (the kernel already refuses most of them:
 the mount is ``ro``).
 
-Hot paths bypass mfusepy's generic wrappers (``FastFUSE``): ``getattr`` fills the C ``stat``
-directly instead of building and copying a dict, and ``readdir`` feeds libfuse's filler from
-the listing cursor with one reused ``stat``. Reads go straight to the storage: a ``pread`` of
-exactly the bytes asked for on local disk; on S3 a window that doubles (256 KB to 8 MB) while a
-file is read sequentially, the next window fetched in the background.
+What keeps round trips and Python work per file low (``FastFUSE`` bypasses mfusepy's generic
+wrappers on the hot paths):
+
+- ``getattr`` fills the C ``stat`` directly, behind an LRU of lookups (misses included);
+- ``readdir`` feeds libfuse's filler from the listing cursor, and gives full attributes for a
+  listing's first entries when the kernel asks (READDIRPLUS): no LOOKUP for files opened next;
+- local trees answer ``open`` with ENOSYS once, after which the kernel opens files itself (no
+  OPEN/RELEASE round trips); ``read_buf`` hands libfuse the shard's descriptor and offset, and
+  libfuse splices the bytes without Python touching them;
+- on S3 an open file reads ahead in a window that doubles (256 KB to 8 MB) while it is read
+  sequentially, the next window fetched in the background;
+- libfuse's worker threads keep their Python thread state (and so their index connection).
 """
 
 from __future__ import annotations
@@ -318,7 +325,8 @@ class ShardFS:
         return mtime
 
     def _member_mtime(self, tree: Tree, node: Node) -> int:
-        """The tar header's mtime on local disk (one 512-byte pread); the shard's elsewhere."""
+        """The tar header's mtime on local disk (a 12-byte pread of the member's own header, which
+        ends where its data starts); the shard's elsewhere."""
         storage = tree.dataset.storage
         if isinstance(storage, LocalStorage) and node.offset >= 512:
             try:
@@ -541,7 +549,10 @@ def fuse_class(mfusepy: Any) -> type:
     class FastFUSE(mfusepy.FUSE):  # type: ignore[misc, name-defined]
         def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
             if _pin_thread_state():
-                self.operations.thread_started()
+                try:
+                    self.operations.thread_started()
+                except Exception as e:  # noqa: BLE001 - a worker must serve even so
+                    log.warning("setting up a FUSE worker thread: %s", e)
             return super()._wrapper(func, *args, **kwargs)
 
         def getattr_fuse_3(self, path: bytes, buf: Any, fip: Any) -> int:
