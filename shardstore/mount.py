@@ -240,13 +240,18 @@ def umount(mountpoint: str | os.PathLike[str], timeout: float = 10.0) -> None:
             _stop(pids, timeout)
             return
         raise MountError("not a FUSE mount point", path=mp)
+    _detach(mp)
+    _stop(pids, timeout)
+
+
+def _detach(mp: str) -> None:
+    """``fusermount3 -u``, or lazily (``-z``) when files are still open; the loop then ends."""
     done = _fusermount(mp, lazy=False)
     if done.returncode != 0 and _is_mounted(mp):
         lazy = _fusermount(mp, lazy=True)
         if lazy.returncode != 0 and _is_mounted(mp):
             raise MountError(f"cannot unmount: {done.stderr.strip() or lazy.stderr.strip()}", path=mp)
         log.warning("%s was busy: unmounted lazily (%s)", mp, done.stderr.strip())
-    _stop(pids, timeout)
 
 
 def _stop(pids: list[int], timeout: float) -> None:
@@ -281,12 +286,25 @@ class MountHandle:
 
     def unmount(self, timeout: float = 10.0) -> None:
         """Unmount and wait for the mount process to end (idempotent)."""
-        if self.process is not None and self.process.poll() is None or self.mounted:
-            if self.mounted:
-                umount(self.mountpoint, timeout)
-            if self.process is not None:
-                _stop([self.process.pid], timeout)
-                self.process.poll()
+        if self.mounted:
+            _detach(self.mountpoint)
+        proc = self.process
+        if proc is None or proc.returncode is not None:
+            return
+        try:
+            proc.wait(timeout)  # the loop ends by itself once unmounted
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                proc.wait(2.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.returncode == 0 and self.log_path:  # a clean run: its log says nothing more
+            try:
+                os.unlink(self.log_path)
+            except FileNotFoundError:
+                pass
 
     def __enter__(self) -> MountHandle:
         return self
@@ -340,8 +358,8 @@ def _spawn(url: str, mp: str, layout: str, storage_options: dict[str, Any] | Non
     env[_OPTIONS_ENV] = json.dumps(storage_options)  # the environment, unlike argv, is private to the user
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    fd, log_path = tempfile.mkstemp(prefix="shardstore-mount-", suffix=".log")
-    with os.fdopen(fd, "wb") as logf:
+    log_path = _log_path(mp)
+    with open(log_path, "wb") as logf:
         proc = subprocess.Popen(
             [sys.executable, "-c", f"{_CHILD_MARK}; _child_main()", url, mp, layout],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, start_new_session=True, close_fds=True,
@@ -357,6 +375,13 @@ def _spawn(url: str, mp: str, layout: str, storage_options: dict[str, Any] | Non
         time.sleep(delay)
         delay = min(delay * 1.5, 0.05)
     return MountHandle(mp, proc, log_path)
+
+
+def _log_path(mp: str) -> str:
+    """One log file per mount point (overwritten by the next mount there), in a per-user folder."""
+    folder = os.path.join(tempfile.gettempdir(), f"shardstore-mount-{os.getuid()}")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return os.path.join(folder, re.sub(r"[^A-Za-z0-9._-]+", "_", mp.strip("/"))[-150:] + ".log")
 
 
 def _tail(path: str, lines: int = 5) -> str:

@@ -53,7 +53,7 @@ def mounted(fuse: None, tmp_path: Path) -> Iterator[Callable[..., MountHandle]]:
 def _no_mount_left_behind(tmp_path: Path) -> Iterator[None]:
     """Whatever a test does (or fails to do), nothing stays mounted under its folder."""
     yield
-    from shardstore.mount import _mounted_fuse, umount
+    from shardstore.mount import _log_path, _mounted_fuse, umount
 
     for mp in sorted(_mounted_fuse()):
         if mp.startswith(str(tmp_path) + os.sep):
@@ -61,3 +61,7 @@ def _no_mount_left_behind(tmp_path: Path) -> Iterator[None]:
                 umount(mp, timeout=5)
             except shardstore.ShardstoreError:
                 pass
+    logs = Path(_log_path(str(tmp_path / "x"))).parent
+    stem = Path(_log_path(str(tmp_path / "x"))).name[: -len("x.log")]
+    for log in logs.glob(stem + "*.log"):  # the logs of this test's mount points
+        log.unlink(missing_ok=True)
