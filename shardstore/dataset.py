@@ -303,11 +303,16 @@ class Dataset:
             self._check_shard(shard)
         return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size))
 
-    def _build(self, shard: ShardRef, position: int | None, offset: int, data: bytes) -> Any:
-        """Cut a sample's parts out of its raw tar bytes (read from ``offset`` of ``shard``),
-        parsing the headers in memory: plain ustar headers on a fast path, anything else with the
-        full walker."""
-        members = plain_members(data) or regular_members(data, self.storage.url(shard.name))
+    def _build(
+        self, shard: ShardRef, position: int | None, offset: int, data: bytes, lo: int = 0, hi: int | None = None
+    ) -> Any:
+        """Cut a sample's parts out of its raw tar bytes ``data[lo:hi]`` (all of ``data`` by
+        default; read from ``offset`` of ``shard``), parsing the headers in memory: plain ustar
+        headers on a fast path, anything else with the full walker."""
+        members = plain_members(data, lo, hi)
+        if members is None:
+            whole = data if lo == 0 and hi is None else data[lo:hi]
+            members = [(n, lo + start, size) for n, start, size in regular_members(whole, self.storage.url(shard.name))]
         sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
         key = None
         for name, start, size in members:
@@ -359,6 +364,33 @@ class Dataset:
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
+
+    def _iter_range(self, start: int, stop: int, run: int, max_bytes: int) -> Iterator[Any]:
+        """The samples at positions ``start .. stop - 1``, in order: how ``iter()`` reads without
+        shuffle.
+
+        Each sample is located once, by its shard's ``.tar.idx``; up to ``run`` consecutive
+        samples of one shard (and no more than ``max_bytes``, but at least one sample) are one
+        read, and each sample is parsed in place in that read's buffer.
+        """
+        pos = start
+        while pos < stop:
+            k, j, _ = self._find(pos)
+            shard = self.shards[k]
+            offs = self._offsets.get(shard.tar_file_id)
+            if offs is None:
+                offs = self._shard_offsets(shard)
+            if shard.tar_file_id not in self._checked:
+                self._check_shard(shard)
+            base = offs.item(j)
+            last = min(shard.count, j + stop - pos, j + run)
+            fits = int(np.searchsorted(offs, base + max_bytes, side="right")) - 1  # offs[fits] <= base + max_bytes
+            last = max(j + 1, min(last, fits))
+            bounds = [o - base for o in offs[j : last + 1].tolist()]
+            data = self.storage.read_at(shard.name, base, bounds[-1])
+            for i in range(last - j):
+                yield self._build(shard, pos + i, base + bounds[i], data, bounds[i], bounds[i + 1])
+            pos += last - j
 
     # ----- keys and members ------------------------------------------------------------------
     def get(self, key: str) -> Any:

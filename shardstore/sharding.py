@@ -11,9 +11,10 @@ Energon, and are skipped when read.
 ``start`` counts the samples a worker has already *yielded* (excluded ones are not counted), so a
 training loop resumes by passing the number of samples it consumed from that worker.
 
-Reads: without shuffle, consecutive samples are asked for together (``Dataset.get_many``), which
-merges them into one range read per shard run; with shuffle, batches of random positions are read
-concurrently.
+Reads: without shuffle, the reader's positions are runs of consecutive positions; each run of up
+to ``SEQUENTIAL_BATCH`` samples of one shard is one range read, its bounds taken from the shard's
+``.tar.idx`` (``Dataset._iter_range``). With shuffle, batches of random positions are located
+once and read concurrently (``Dataset._read``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 from .errors import ConfigError
 
 if TYPE_CHECKING:
-    from .dataset import Dataset
+    from .dataset import Dataset, SampleRef
 
 __all__ = [
     "Permutation",
@@ -202,6 +203,23 @@ class WorkerPlan:
             raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start")
         return self._from_slot(resume_slot(self.lo, start, self.skipped))
 
+    def spans(self, start: int = 0) -> Iterator[tuple[int, int]]:
+        """For an in-order plan: the positions ``positions(start)`` yields, as ranges ``[a, b)``
+        of consecutive positions (cut where an excluded sample is skipped)."""
+        if self.perm is not None:
+            raise ConfigError("spans() is for plans without shuffle")
+        if start < 0 or start > len(self):
+            raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start")
+        return self._spans_from(resume_slot(self.lo, start, self.skipped))
+
+    def _spans_from(self, slot: int) -> Iterator[tuple[int, int]]:
+        for skipped in self.skipped[bisect.bisect_left(self.skipped, slot) :]:
+            if skipped > slot:
+                yield slot, skipped
+            slot = skipped + 1
+        if slot < self.hi:
+            yield slot, self.hi
+
     def _from_slot(self, slot: int) -> Iterator[int]:
         skip = set(self.skipped)
         while slot < self.hi:
@@ -234,13 +252,15 @@ def plan_for(
     return WorkerPlan(n, lo, hi, perm, skipped)
 
 
-def _batches(ds: Dataset, positions: Iterator[int], size: int) -> Iterator[list[int]]:
-    """Group positions into reads of at most ``size`` samples and ``MAX_BATCH_BYTES`` bytes."""
-    batch: list[int] = []
+def _batches(ds: Dataset, positions: Iterator[int], size: int) -> Iterator[list[SampleRef]]:
+    """Locate positions (once each) and group them into reads of at most ``size`` samples and
+    ``MAX_BATCH_BYTES`` bytes."""
+    batch: list[SampleRef] = []
     nbytes = 0
     for pos in positions:
-        batch.append(pos)
-        nbytes += ds.locate(pos).range.size
+        ref = ds.locate(pos)
+        batch.append(ref)
+        nbytes += ref.range.size
         if len(batch) >= size or nbytes >= MAX_BATCH_BYTES:
             yield batch
             batch, nbytes = [], 0
@@ -270,11 +290,20 @@ def iter_dataset(
     plan = plan_for(
         len(ds), ds.excluded_positions(), shuffle=shuffle, seed=seed, epoch=epoch, index=index, count=count
     )
-    positions = plan.positions(start)  # checks start before any read
-    size = batch_size or (SHUFFLED_BATCH if shuffle else SEQUENTIAL_BATCH)
-    return _read(ds, positions, size)
+    if not shuffle:
+        spans = plan.spans(start)  # checks start before any read
+        return _read_in_order(ds, spans, batch_size or SEQUENTIAL_BATCH)
+    positions = plan.positions(start)
+    return _read(ds, positions, batch_size or SHUFFLED_BATCH)
+
+
+def _read_in_order(ds: Dataset, spans: Iterator[tuple[int, int]], size: int) -> Iterator[Any]:
+    """Runs of consecutive positions, each run of one shard read at once (``Dataset._iter_range``)."""
+    for lo, hi in spans:
+        yield from ds._iter_range(lo, hi, size, MAX_BATCH_BYTES)
 
 
 def _read(ds: Dataset, positions: Iterator[int], size: int) -> Iterator[Any]:
+    """Random positions, a batch at a time, read concurrently (``Dataset._read`` of the refs)."""
     for batch in _batches(ds, positions, size):
-        yield from ds.get_many(batch)
+        yield from ds._read(batch)

@@ -498,21 +498,27 @@ def iter_members(read_at: HeaderSource, file_size: int, path: str) -> Iterator[T
 _USTAR_FIELDS = struct.Struct("100s24x12s20xc100x5s")
 
 
-def plain_members(data: bytes) -> list[tuple[str, int, int]] | None:
+def plain_members(data: bytes, lo: int = 0, hi: int | None = None) -> list[tuple[str, int, int]] | None:
     """``regular_members``'s fast path, for runs of plain ustar regular files: no extension
     header, type '0', octal fields. None as soon as one header is anything else (the caller then
     falls back to ``regular_members``).
 
+    The run is ``data[lo:hi]`` (all of ``data`` by default; sequential iteration passes one read
+    of many samples and a sample's bounds, so no sample is copied out before its parts are);
+    the data offsets returned are offsets in ``data``.
+
     The header checksum is not recomputed here (it would cost a quarter of a random read):
     prepare verified every header when it built the index, and a shard that changed since is
     caught by the size/ETag check and by what this does check: the ustar magic and type of every
-    header, sizes that parse and chain exactly to the end of ``data``.
+    header, sizes that parse and chain exactly to the end of the run.
     """
     out = []
-    pos, n = 0, len(data)
+    pos, n = lo, len(data) if hi is None else hi
     unpack = _USTAR_FIELDS.unpack_from
     try:
         while pos < n:
+            if pos + BLOCK > n:  # a short header
+                return None
             name, size_field, typeflag, magic = unpack(data, pos)
             if typeflag != b"0" or magic != b"ustar":
                 return None

@@ -5,6 +5,7 @@ different orders per epoch, excluded samples skipped, shard-contiguous reads."""
 from __future__ import annotations
 
 import bisect
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -207,21 +208,49 @@ def test_iter_checks_arguments_before_reading(ds_path: Path) -> None:
 
 def test_unshuffled_iteration_reads_runs_not_samples(ds_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ds = shardstore.open(str(ds_path))
-    reads: list[tuple[str, int]] = []
-    real = LocalStorage.read_range
+    ds[0], ds[20], ds[40]  # the first read of each shard also checks it: not counted below
+    reads: list[tuple[int, int]] = []  # (size, offset) of every pread, whoever issues it
+    real = os.pread
 
-    def spy(self: LocalStorage, path: str, rng: shardstore.storage.ByteRange) -> bytes:
-        reads.append((path, rng.size))
-        return real(self, path, rng)
+    def spy(fd: int, size: int, offset: int) -> bytes:
+        reads.append((size, offset))
+        return real(fd, size, offset)
 
-    monkeypatch.setattr(LocalStorage, "read_range", spy)
+    monkeypatch.setattr(os, "pread", spy)
     got = _keys(ds.iter())
     assert len(got) == len(ds) - 2
-    # 49 samples in 3 shards, batches of up to 64: one read per shard, not one per sample
-    assert len(reads) <= 4, reads
+    # 49 samples in 3 shards, runs of up to 64: one read per run of consecutive samples of a
+    # shard, not one per sample; the excluded position 4 cuts shard 0's run in two
+    assert len(reads) == 4, reads
+    assert sum(size for size, _ in reads) < sum(os.path.getsize(ds_path / s.name) for s in ds.shards)
     reads.clear()
     _keys(ds.iter(shuffle=True, seed=1))
     assert len(reads) > 4  # shuffled reads are scattered (merged only when neighbours)
+
+
+@pytest.mark.parametrize("run, max_bytes", [(64, 32 << 20), (5, 32 << 20), (64, 1), (7, 12_000)])
+def test_in_order_runs_give_what_positions_give(ds_path: Path, run: int, max_bytes: int) -> None:
+    """Runs cut by shard ends, by ``run`` samples and by ``max_bytes`` (at least one sample a read)
+    yield exactly ``ds[i]`` for each position, in order."""
+    ds = shardstore.open(str(ds_path))
+    for lo, hi in [(5, 50), (16, 35), (20, 21), (33, 34), (7, 7)]:  # 4 and 50 are excluded
+        assert list(ds._iter_range(lo, hi, run, max_bytes)) == [ds[i] for i in range(lo, hi)]
+
+
+def test_spans_are_the_positions_in_runs(ds_path: Path) -> None:
+    ds = shardstore.open(str(ds_path))
+    excluded = ds.excluded_positions()
+    for count in (1, 2, 3, 7):
+        for index in range(count):
+            plan = plan_for(len(ds), excluded, shuffle=False, seed=0, epoch=0, index=index, count=count)
+            for start in range(len(plan) + 1):
+                spans = list(plan.spans(start))
+                assert [p for lo, hi in spans for p in range(lo, hi)] == list(plan.positions(start))
+                assert all(lo < hi for lo, hi in spans)
+    with pytest.raises(ConfigError):
+        plan.spans(len(plan) + 1)
+    with pytest.raises(ConfigError):
+        plan_for(len(ds), excluded, shuffle=True, seed=0, epoch=0, index=0, count=1).spans()
 
 
 def test_iter_matches_positions(ds_path: Path) -> None:
