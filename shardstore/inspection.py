@@ -6,45 +6,25 @@ by Energon 6/7), local or remote, because they read only ``.nv-meta``, the ``.ta
 tar headers -- never Energon's sample classes, which is why Energon's own ``info`` and ``lint``
 fail on crude datasets and these don't.
 
-``check`` never stops at the first problem: it collects them (a few per shard at most) so one run
-tells the whole story. Its ``deep`` mode walks every shard's headers once (memory-mapped locally,
-large sequential reads remotely) and compares each member with its index row; contents are not
-read.
+``check`` and what it shares with ``cat`` and ``ls`` (is a shard still what prepare recorded, the
+index rows of a shard streamed in order) live in ``checks``; ``check``, ``Problem`` and
+``CheckReport`` are importable from here too.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sqlite3
-import tempfile
-import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, BinaryIO
 
-import numpy as np
-import yaml
-
 from . import nvmeta
-from .dataset import SHARDSTORE_FORMAT, Dataset
-from .errors import (
-    ConfigError,
-    IndexVersionError,
-    SampleNotFoundError,
-    ShardstoreError,
-    StaleIndexError,
-    StorageError,
-)
-from .index.sqlite import IndexReader
-from .index.taridx import read_offsets
-from .keys import SamplePart, group_batches, group_samples, member_name, split_name
-from .prepare import SHARDSTORE_JSON
-from .storage import ByteRange, FileStat, Storage, open_storage
-from .tarscan import iter_members, scan_storage_batches
+from .checks import CheckReport, IndexRows, Problem, check, prepared_stats, refuse_metadataset, shard_changed
+from .dataset import Dataset
+from .errors import SampleNotFoundError, StaleIndexError, StorageError
+from .keys import SamplePart, group_samples, split_name
+from .storage import ByteRange, Storage
+from .tarscan import iter_members
 
 __all__ = [
     "DatasetSummary",
@@ -57,8 +37,6 @@ __all__ = [
     "cat",
 ]
 
-#: At most this many problems are listed per shard (the rest are counted in one line).
-MAX_PROBLEMS_PER_SHARD = 5
 #: ``ls`` reads this many samples (and their parts) from the index at a time.
 LS_PAGE = 1024
 #: ``cat`` copies a member in pieces of this size, so a multi-GB video never sits in memory.
@@ -68,45 +46,8 @@ CAT_CHUNK = 8 << 20
 # ----- shared helpers --------------------------------------------------------------------------
 def _open(url: str, split: str | None, storage_options: dict[str, Any] | None) -> Dataset:
     """A ``Dataset`` over ``url``; a metadataset YAML gets a clear error instead of a confusing one."""
-    if str(url).endswith((".yaml", ".yml")):
-        raise ConfigError(
-            "this is a metadataset YAML; info, check, ls and cat take a prepared dataset folder", path=str(url)
-        )
+    refuse_metadataset(url)
     return Dataset(url, split, storage_options=storage_options)
-
-
-def _prepared_stats(storage: Storage) -> dict[str, dict[str, Any]] | None:
-    """Shard sizes (and mtimes/ETags) recorded by shardstore's prepare, or None (e.g. Energon-prepared)."""
-    rel = f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"
-    if not storage.exists(rel):
-        return None
-    try:
-        raw = json.loads(storage.read(rel))
-        version, shards = int(raw.get("format", 1)), dict(raw["shards"])
-        stats = {str(k): dict(v) for k, v in shards.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
-    if version > SHARDSTORE_FORMAT:
-        raise IndexVersionError(
-            f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT})",
-            path=storage.url(rel),
-        )
-    return stats
-
-
-def _changed(stat: FileStat, then: dict[str, Any] | None, end: int) -> str | None:
-    """Why a shard no longer matches its index (None if it does).
-
-    With ``shardstore.json`` the size (and ETag, if both sides have one) must be what prepare saw;
-    without it the shard must at least reach the end offset of its ``.tar.idx``.
-    """
-    if then is not None and "size" in then and stat.size != then["size"]:
-        return f"shard is {stat.size} bytes, was {then['size']} at prepare: rerun `shardstore prepare --force-overwrite`"
-    if then is not None and stat.etag and then.get("etag") and stat.etag != then["etag"]:
-        return f"shard's ETag is {stat.etag}, was {then['etag']} at prepare: rerun `shardstore prepare --force-overwrite`"
-    if stat.size < end:
-        return f"shard is {stat.size} bytes but its index reaches offset {end}: truncated since prepare?"
-    return None
 
 
 def _parts_from_headers(storage: Storage, shard: str, rng: ByteRange) -> list[SamplePart]:
@@ -214,7 +155,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     """
     ds = _open(url, None, storage_options)
     storage = ds.storage
-    stats = _prepared_stats(storage)
+    stats = prepared_stats(storage)
     counts = ds.info.shard_counts
     splits: dict[str, dict[str, int]] = {}
     excluded = {"shards": 0, "samples": 0}
@@ -258,385 +199,6 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     )
 
 
-# ----- check -------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing ``check`` found wrong.
-
-    ``kind`` is one of ``schema``, ``index``, ``shard`` (missing or changed), ``tar.idx`` or
-    ``member`` (deep check); ``path`` names the file, ``member``/``offset`` the place inside it.
-    """
-
-    kind: str
-    path: str
-    detail: str
-    member: str | None = None
-    offset: int | None = None
-
-    def __str__(self) -> str:
-        where = [self.path]
-        if self.member is not None:
-            where.append(f"member {self.member!r}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        return f"{', '.join(where)}: {self.detail}"
-
-    @classmethod
-    def from_error(cls, kind: str, err: ShardstoreError, default_path: str) -> Problem:
-        return cls(kind, err.path or default_path, err.detail, err.member, err.offset)
-
-
-@dataclass
-class CheckReport:
-    """What ``check`` did and found; ``ok`` is True when ``problems`` is empty."""
-
-    url: str
-    deep: bool
-    shards: int
-    samples: int
-    parts: int
-    seconds: float
-    problems: list[Problem] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ok"] = self.ok
-        d["problems"] = [{**asdict(p), "message": str(p)} for p in self.problems]
-        return d
-
-
-class _Problems:
-    """Collects problems, capping how many one shard (or file) can add."""
-
-    def __init__(self) -> None:
-        self.items: list[Problem] = []
-        self._per_path: dict[str, int] = {}
-
-    def add(self, problem: Problem) -> None:
-        n = self._per_path.get(problem.path, 0) + 1
-        self._per_path[problem.path] = n
-        if n <= MAX_PROBLEMS_PER_SHARD:
-            self.items.append(problem)
-
-    def finish(self) -> list[Problem]:
-        for path, n in self._per_path.items():
-            if n > MAX_PROBLEMS_PER_SHARD:
-                self.items.append(Problem("index", path, f"{n - MAX_PROBLEMS_PER_SHARD} more problems not listed"))
-        return self.items
-
-
-#: ``.nv-meta`` files a remote check downloads to validate (plus the modules ``dataset.yaml`` names).
-_META_FILES = (
-    nvmeta.INFO_JSON, nvmeta.INFO_YAML, nvmeta.SPLIT_YAML, "split.json", nvmeta.DATASET_YAML,
-    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON,
-)
-
-
-@contextmanager
-def _local_meta(storage: Storage) -> Iterator[str]:
-    """A local folder whose ``.nv-meta`` is the dataset's: the dataset itself when local, else a
-    temporary copy of its ``.nv-meta`` files (fresh, not the read cache: a check looks at what is there)."""
-    root = storage.local_path("")
-    if root is not None:
-        yield root
-        return
-    with tempfile.TemporaryDirectory(prefix="shardstore-check-") as tmp:
-        os.makedirs(os.path.join(tmp, nvmeta.META_DIR))
-        names = list(_META_FILES)
-        for name in names:
-            rel = f"{nvmeta.META_DIR}/{name}"
-            if not storage.exists(rel):
-                continue
-            data = storage.read(rel)
-            with open(os.path.join(tmp, rel), "wb") as f:
-                f.write(data)
-            if name == nvmeta.DATASET_YAML:  # sample_loader: sample_loader.py:fn -> fetch that module too
-                names += _referenced_modules(data)
-        yield tmp
-
-
-def _referenced_modules(dataset_yaml: bytes) -> list[str]:
-    try:
-        doc = yaml.safe_load(dataset_yaml)
-    except yaml.YAMLError:
-        return []
-    if not isinstance(doc, dict):
-        return []
-    refs = [doc.get(k) for k in ("sample_loader", "part_filter")]
-    return sorted({r.split(":", 1)[0] for r in refs if isinstance(r, str) and ":" in r and "/" not in r})
-
-
-def _schema_problems(storage: Storage, root: str, shards: set[str]) -> list[Problem]:
-    """The ``.nv-meta`` files against their JSON Schemas and SQL layouts (``nv_meta_schema``).
-
-    Its per-shard findings (a missing shard or ``.tar.idx``, a ``.tar.idx`` of the wrong size) are
-    left to ``check``'s own shard checks, which say more (sizes at prepare, offsets).
-    """
-    import nv_meta_schema  # jsonschema is slow to import; only check needs it
-
-    per_shard = shards | {nvmeta.tar_idx_path(s) for s in shards}
-    return [
-        Problem("schema", storage.url(p.file), p.message)
-        for p in nv_meta_schema.validate(root)
-        if p.file not in per_shard
-    ]
-
-
-def _read_taridx(storage: Storage, shard: str) -> np.ndarray:
-    data = storage.read(nvmeta.tar_idx_path(shard))
-    if len(data) % 8:
-        raise ConfigError(f"{len(data)} bytes is not a whole number of uint64 offsets", path=storage.url(nvmeta.tar_idx_path(shard)))
-    return read_offsets(data)
-
-
-def _check_rows(
-    index: IndexReader, tid: int, count: int, offsets: np.ndarray | None, idx_url: str, problems: _Problems
-) -> int:
-    """The index rows of one shard against ``.info.json``'s count and the ``.tar.idx`` offsets."""
-    n = 0
-    for key, _tid, sample_index, offset, size in index.iter_samples(tid):
-        if sample_index != n:
-            problems.add(Problem("index", idx_url, f"sample_index {sample_index} where {n} was expected", key))
-            n = sample_index
-        if offsets is not None and n + 1 < len(offsets):
-            start, end = int(offsets[n]), int(offsets[n + 1])
-            if offset != start or size != end - start:
-                problems.add(Problem(
-                    "tar.idx", idx_url,
-                    f"sample {n} is at {start} (+{end - start}) in .tar.idx but at {offset} (+{size}) in index.sqlite",
-                    key, start,
-                ))
-        n += 1
-    if n != count:
-        problems.add(Problem("index", idx_url, f"index.sqlite has {n} samples of this shard, .info.json says {count}"))
-    return n
-
-
-class _Rows:
-    """Rows of one shard streamed in index order, through a read-only connection of our own.
-
-    One query per shard and table instead of one per sample: ``ls`` and ``check --deep`` touch
-    every row, and per-sample lookups cost more than the whole header walk.
-    """
-
-    SAMPLES = (
-        "SELECT sample_key, sample_index, byte_offset, byte_size FROM samples "
-        "WHERE tar_file_id=? ORDER BY sample_index"
-    )
-    PARTS = (
-        "SELECT sample_index, part_name, content_byte_offset, content_byte_size FROM sample_parts "
-        "WHERE tar_file_id=? ORDER BY sample_index, content_byte_offset"
-    )
-
-    def __init__(self, index: IndexReader) -> None:
-        uri = f"file:{urllib.parse.quote(os.path.abspath(index.path))}?mode=ro&immutable=1"
-        self.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        self.has_parts = index.has_parts
-
-    def samples(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.SAMPLES, (tid,)))
-
-    def parts(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.PARTS, (tid,)) if self.has_parts else iter(()))
-
-    def close(self) -> None:
-        self.db.close()
-
-
-class _Peek:
-    """An iterator of rows whose first column is the sample index, taken a sample range at a time."""
-
-    def __init__(self, rows: Iterator[tuple[Any, ...]]) -> None:
-        self._rows = iter(rows)
-        self._next: tuple[Any, ...] | None = next(self._rows, None)
-
-    def upto(self, last: int, col: int = 0) -> list[tuple[Any, ...]]:
-        """The rows whose sample index (column ``col``) is at most ``last``."""
-        out: list[tuple[Any, ...]] = []
-        while self._next is not None and self._next[col] <= last:
-            out.append(self._next)
-            self._next = next(self._rows, None)
-        return out
-
-    def take(self, n: int) -> list[tuple[Any, ...]]:
-        """The next ``n`` rows (fewer at the end)."""
-        out: list[tuple[Any, ...]] = []
-        while self._next is not None and len(out) < n:
-            out.append(self._next)
-            self._next = next(self._rows, None)
-        return out
-
-    def rest(self) -> list[tuple[Any, ...]]:
-        return self.upto(1 << 62)
-
-
-def _deep_check(storage: Storage, rows: _Rows, tid: int, shard: str, problems: _Problems) -> int:
-    """Walk the shard's headers and compare every sample and member with its index rows.
-
-    This is "parse the header before each part's data", for all of them: the walker verifies
-    every header's checksum and finds each member's name, data offset and size, and a part's
-    row is right only if a member named ``key.part`` has its data at ``content_byte_offset``
-    with ``content_byte_size`` bytes. Walk and rows are compared a batch of samples at a time.
-    """
-    where = storage.url(shard)
-    samples, parts = rows.samples(tid), rows.parts(tid)
-    checked = 0
-    try:
-        for batch in group_batches(scan_storage_batches(storage, shard)):
-            last = batch.first_index + len(batch) - 1
-            want = samples.upto(last, col=1)
-            have = [
-                (k, i, o, z) for i, (k, o, z) in enumerate(zip(batch.keys, batch.offsets, batch.sizes, strict=True), batch.first_index)
-            ]
-            if want != have:
-                _sample_problems(want, have, where, problems)
-            if rows.has_parts:
-                want_parts = parts.upto(last)
-                have_parts = list(zip(batch.part_samples, batch.part_names, batch.part_offsets, batch.part_sizes, strict=True))
-                checked += len(have_parts)
-                if want_parts != have_parts:
-                    _part_problems(want_parts, have_parts, {i: k for k, i, _, _ in want}, where, problems)
-        extra = samples.rest()
-        if extra:
-            problems.add(Problem(
-                "member", where, f"the index has {len(extra)} more samples than the shard", extra[0][0], extra[0][2]
-            ))
-    except ShardstoreError as e:
-        problems.add(Problem.from_error("member", e, where))
-    return checked
-
-
-def _sample_problems(
-    want: list[tuple[Any, ...]], have: list[tuple[Any, ...]], where: str, problems: _Problems
-) -> None:
-    """Name the samples where the index (``want``) and the shard's headers (``have``) differ."""
-    by_index = {row[1]: row for row in want}
-    for key, i, offset, size in have:
-        row = by_index.pop(i, None)
-        if row is None:
-            problems.add(Problem("member", where, f"sample {i} of the shard is not in the index", key, offset))
-        elif row != (key, i, offset, size):
-            problems.add(Problem(
-                "member", where,
-                f"index has sample {i} = {row[0]!r} at {row[2]} (+{row[3]}), the shard has {key!r} at {offset} (+{size})",
-                row[0], row[2],
-            ))
-    for key, i, offset, _ in by_index.values():
-        problems.add(Problem("member", where, f"sample {i} of the index is not in the shard", key, offset))
-
-
-def _part_problems(
-    want: list[tuple[Any, ...]], have: list[tuple[Any, ...]], keys: dict[int, str], where: str, problems: _Problems
-) -> None:
-    """Name the members whose index row (``want``) has no matching member in the shard, and back."""
-    want_set, have_set = set(want), set(have)
-    for i, name, offset, size in want:
-        if (i, name, offset, size) not in have_set:
-            member = member_name(keys.get(i, f"#{i}"), name)
-            problems.add(Problem("member", where, f"no member {member!r} with {size} bytes of data here", member, offset))
-    for i, name, offset, size in have:
-        if (i, name, offset, size) not in want_set:
-            member = member_name(keys.get(i, f"#{i}"), name)
-            problems.add(Problem("member", where, f"member with {size} bytes of data is not in the index", member, offset))
-
-
-def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> CheckReport:
-    """Check a prepared dataset and return every problem found (``report.ok`` when none).
-
-    Checks the ``.nv-meta`` files against their schema; that every shard exists with the size it
-    had at prepare (``shardstore.json``; without it, that it reaches the end of its ``.tar.idx``);
-    that each ``.tar.idx`` has ``.info.json``'s count and the offsets of ``index.sqlite``. With
-    ``deep``, walks every shard's headers and checks each part's range holds that member.
-    Raises ``DatasetNotPreparedError`` only when ``url`` is not a prepared dataset at all.
-    """
-    t0 = time.perf_counter()
-    if str(url).endswith((".yaml", ".yml")):
-        _open(url, None, storage_options)  # raises the metadataset error
-    storage = open_storage(url, storage_options)
-    if not (storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}")):
-        nvmeta.read_info(storage)  # raises DatasetNotPreparedError: nothing to check
-    problems = _Problems()
-    report = CheckReport(storage.url(), deep, 0, 0, 0, 0.0)
-    with _local_meta(storage) as root:
-        try:
-            meta_info = nvmeta.read_info(storage)
-        except ShardstoreError:
-            meta_info = None  # unreadable .info: the schema check below says why
-        for p in _schema_problems(storage, root, set(meta_info.shard_counts) if meta_info else set()):
-            problems.add(p)
-        try:
-            stats = _prepared_stats(storage)
-        except ShardstoreError as e:
-            problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
-            stats = None
-        index_path = os.path.join(root, nvmeta.META_DIR, nvmeta.INDEX_SQLITE)
-        if meta_info is not None and os.path.isfile(index_path):
-            report.shards = len(meta_info.shard_counts)
-            idx_url = storage.url(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
-            try:
-                index = IndexReader(index_path)
-            except ShardstoreError as e:  # a layout shardstore cannot read (the schema check named it)
-                problems.add(Problem.from_error("index", e, idx_url))
-            else:
-                rows = _Rows(index)
-                try:
-                    for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
-                        report.samples += _check_shard(storage, index, rows, tid, shard, count, stats, deep, problems, report)
-                finally:
-                    rows.close()
-                    index.close()
-    report.problems = problems.finish()
-    report.seconds = round(time.perf_counter() - t0, 3)
-    return report
-
-
-def _check_shard(
-    storage: Storage,
-    index: IndexReader,
-    rows: _Rows,
-    tid: int,
-    shard: str,
-    count: int,
-    stats: dict[str, dict[str, Any]] | None,
-    deep: bool,
-    problems: _Problems,
-    report: CheckReport,
-) -> int:
-    """All checks of one shard; returns how many index rows it has."""
-    idx_rel = nvmeta.tar_idx_path(shard)
-    offsets: np.ndarray | None = None
-    try:
-        offsets = _read_taridx(storage, shard)
-        if len(offsets) != count + 1:
-            problems.add(Problem(
-                "tar.idx", storage.url(idx_rel), f"{len(offsets) - 1} samples, .info.json says {count}"
-            ))
-    except StorageError:
-        what = "missing" if count else "missing and the shard has no samples (Energon skips shards it cannot read)"
-        problems.add(Problem("tar.idx", storage.url(idx_rel), f"{what}; run `shardstore prepare --tar-index-only`"))
-    except ShardstoreError as e:
-        problems.add(Problem.from_error("tar.idx", e, storage.url(idx_rel)))
-    shard_ok = True
-    try:
-        stat = storage.stat(shard)
-        end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
-        why = _changed(stat, stats.get(shard) if stats is not None else None, end)
-        if why is not None:
-            problems.add(Problem("shard", storage.url(shard), why))
-            shard_ok = False
-    except StorageError:
-        problems.add(Problem("shard", storage.url(shard), "shard is missing"))
-        shard_ok = False
-    n = _check_rows(index, tid, count, offsets, storage.url(idx_rel), problems)
-    if deep and shard_ok:
-        report.parts += _deep_check(storage, rows, tid, shard, problems)
-    return n
-
-
 # ----- ls ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class SampleListing:
@@ -674,7 +236,7 @@ def ls(
 def _ls(ds: Dataset, limit: int | None) -> Iterator[SampleListing]:
     if limit is not None and limit <= 0:
         return
-    rows = _Rows(ds.index)
+    rows = IndexRows(ds.index)
     try:
         position = 0
         for shard in ds.shards:
@@ -707,8 +269,8 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
     """
     ds = _open(url, None, storage_options)
     shard, rng = _member_range(ds, name)
-    stats = _prepared_stats(ds.storage)
-    why = _changed(ds.storage.stat(shard), stats.get(shard) if stats is not None else None, rng.end)
+    stats = prepared_stats(ds.storage)
+    why = shard_changed(ds.storage.stat(shard), stats.get(shard) if stats is not None else None, rng.end)
     if why is not None:
         raise StaleIndexError(why, path=ds.storage.url(shard))
     written = 0
