@@ -477,7 +477,7 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
     Example:
       shardstore preview ./ds -n 3 --split val
     """
-    from .decode import preview
+    from .inspection import preview
 
     items = preview(path, n=n, split=split, storage_options=storage_options)
     if as_json:

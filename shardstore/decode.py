@@ -1,5 +1,5 @@
 """Turning a sample's bytes into values: an extension -> decoder registry, Energon's field maps,
-and short human descriptions of parts (for ``shardstore preview``).
+and short human descriptions of parts (``shardstore preview`` in ``inspection`` shows them).
 
 The extension of a part is the last dotted component of its name, lower-cased (``seg.png`` ->
 ``png``), as webdataset (and so Energon) decides it. Decoders: json, txt (str), cls (int),
@@ -14,11 +14,10 @@ out of the decoded parts and builds the typed sample of ``shardstore.samples``.
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import pickle
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +43,6 @@ __all__ = [
     "finish_sample",
     "describe_part",
     "describe_sample",
-    "PreviewItem",
-    "preview",
 ]
 
 #: ``bytes -> value``; ``None`` in a custom map means "leave this part as bytes".
@@ -448,29 +445,3 @@ def describe_sample(sample: Mapping[str, Any], width: int = 120) -> dict[str, st
         for name, value in sample.items()
         if not name.startswith("__") and isinstance(value, (bytes, bytearray, memoryview))
     }
-
-
-@dataclass(frozen=True)
-class PreviewItem:
-    """One previewed sample: where it is and what its parts hold."""
-
-    position: int | None
-    key: str
-    shard: str
-    parts: dict[str, str]
-
-
-def preview(
-    url: str,
-    n: int = 5,
-    split: str | None = "train",
-    *,
-    storage_options: dict[str, Any] | None = None,
-    width: int = 120,
-) -> Iterator[PreviewItem]:
-    """The first ``n`` samples of a split, described for people (``shardstore preview``)."""
-    from .dataset import open as open_dataset
-
-    ds = open_dataset(url, split, storage_options=storage_options)
-    for sample in itertools.islice(ds.iter(worker_id=0, num_workers=1), max(n, 0)):
-        yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))

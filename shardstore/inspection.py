@@ -1,4 +1,4 @@
-"""Looking at a prepared dataset: ``info``, ``check``, ``ls`` and ``cat``.
+"""Looking at a prepared dataset: ``info``, ``check``, ``ls``, ``cat`` and ``preview``.
 
 One public function per CLI command; ``cli.py`` only prints what they return. They work on every
 kind of prepared dataset (typed, crude, with or without ``dataset.yaml``, prepared by shardstore or
@@ -13,6 +13,7 @@ index rows of a shard streamed in order) live in ``checks``; ``check``, ``Proble
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -21,6 +22,8 @@ from typing import Any, BinaryIO
 from . import nvmeta
 from .checks import CheckReport, IndexRows, Problem, check, prepared_stats, refuse_metadataset, shard_changed
 from .dataset import Dataset
+from .dataset import open as open_dataset
+from .decode import describe_sample
 from .errors import SampleNotFoundError, StaleIndexError, StorageError
 from .keys import SamplePart, group_samples, split_name
 from .storage import ByteRange, Storage
@@ -35,6 +38,8 @@ __all__ = [
     "check",
     "ls",
     "cat",
+    "PreviewItem",
+    "preview",
 ]
 
 #: ``ls`` reads this many samples (and their parts) from the index at a time.
@@ -294,3 +299,28 @@ def _member_range(ds: Dataset, name: str) -> tuple[str, ByteRange]:
             if p.name == kp[1]:
                 return shard, ByteRange(p.offset, p.size)
     raise SampleNotFoundError(f"no member {name!r}", path=ds.url, member=name)
+
+
+# ----- preview -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PreviewItem:
+    """One previewed sample: where it is and what its parts hold."""
+
+    position: int | None
+    key: str
+    shard: str
+    parts: dict[str, str]
+
+
+def preview(
+    url: str,
+    n: int = 5,
+    split: str | None = "train",
+    *,
+    storage_options: dict[str, Any] | None = None,
+    width: int = 120,
+) -> Iterator[PreviewItem]:
+    """The first ``n`` samples of a split, described for people (``shardstore preview``)."""
+    ds = open_dataset(url, split, storage_options=storage_options)
+    for sample in itertools.islice(ds.iter(worker_id=0, num_workers=1), max(n, 0)):
+        yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))

@@ -21,8 +21,9 @@ from PIL import Image
 
 import shardstore
 from shardstore import nvmeta
-from shardstore.decode import access_field, decode_part, describe_part, parse_field_map, preview
+from shardstore.decode import access_field, decode_part, describe_part, parse_field_map
 from shardstore.errors import ConfigError, DecodeError, MissingExtraError, PickleNotAllowedError
+from shardstore.inspection import preview
 from shardstore.samples import (
     SAMPLE_CLASSES,
     BaseSample,
