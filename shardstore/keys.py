@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
-from itertools import compress, islice
 from dataclasses import dataclass
+from itertools import compress, islice, pairwise
+from typing import cast
 
 import numpy as np
 
@@ -86,9 +87,9 @@ class SampleBatch:
         return len(self.keys)
 
     def records(self) -> Iterator[SampleRecord]:
-        parts = zip(self.part_samples, self.part_names, self.part_offsets, self.part_sizes)
+        parts = zip(self.part_samples, self.part_names, self.part_offsets, self.part_sizes, strict=True)
         pending = next(parts, None)
-        for i, (key, offset, size) in enumerate(zip(self.keys, self.offsets, self.sizes), self.first_index):
+        for i, (key, offset, size) in enumerate(zip(self.keys, self.offsets, self.sizes, strict=True), self.first_index):
             mine = []
             while pending is not None and pending[0] == i:
                 mine.append(SamplePart(pending[1], pending[2], pending[3]))
@@ -104,7 +105,7 @@ def split_names(names: list[str]) -> tuple[list[str | None], list[str | None]]:
     """
     joined = "\0".join(names)
     if names and "/" not in joined and not joined.startswith("__") and "\0__" not in joined:
-        keys, dots, parts = zip(*[name.partition(".") for name in names])
+        keys, dots, parts = zip(*[name.partition(".") for name in names], strict=True)
         if "" not in dots and "" not in keys:  # else some name has no dot or nothing before it
             return list(keys), list(parts)
     pairs = [split_name(name) for name in names]
@@ -129,13 +130,13 @@ def group_batches(batches: Iterable[MemberBatch]) -> Iterator[SampleBatch]:
         keys, parts = split_names(batch.names)
         heads, datas, sizes = batch.header_offsets, batch.data_offsets, batch.sizes
         if None in keys or batch.kinds.count(REGULAR) != len(keys):
-            keep = [k is not None and kind == REGULAR for k, kind in zip(keys, batch.kinds)]
-            keys, parts, heads, datas, sizes = (
-                list(compress(column, keep)) for column in (keys, parts, heads, datas, sizes)
-            )
+            keep = [k is not None and kind == REGULAR for k, kind in zip(keys, batch.kinds, strict=True)]
+            keys, parts = list(compress(keys, keep)), list(compress(parts, keep))
+            heads, datas, sizes = (list(compress(column, keep)) for column in (heads, datas, sizes))
         n = len(keys)
         if not n:
             continue
+        named = cast("list[str]", keys)  # no None is left: the filter above dropped them
         new = np.empty(n, dtype=bool)  # member i starts a sample
         new[0] = keys[0] != open_key
         ka = np.array(keys, dtype=object)
@@ -144,23 +145,23 @@ def group_batches(batches: Iterable[MemberBatch]) -> Iterator[SampleBatch]:
         # Sample of each member: the open one (index ``closed``) until the first start.
         sample_of = (np.cumsum(new) + (closed if open_key is not None else closed - 1)).tolist()
         if not starts:  # the whole batch continues the open sample
-            for column, values in zip(carry, (sample_of, parts, datas, sizes)):
+            for column, values in zip(carry, (sample_of, parts, datas, sizes), strict=True):
                 column += values
             continue
-        s_keys = [keys[i] for i in starts]
+        s_keys = [named[i] for i in starts]
         s_offsets = [heads[i] for i in starts]
         if open_key is not None:
             s_keys.insert(0, open_key)
             s_offsets.insert(0, open_start)
         last = starts[-1]  # the sample that stays open begins here
-        out_parts = [c + v[:last] for c, v in zip(carry, (sample_of, parts, datas, sizes))]
+        out_parts = [c + v[:last] for c, v in zip(carry, (sample_of, parts, datas, sizes), strict=True)]
         carry = (sample_of[last:], parts[last:], datas[last:], sizes[last:])  # type: ignore[assignment]
         first = closed
         closed += len(s_keys) - 1
         open_key, open_start = s_keys[-1], s_offsets[-1]
         if len(s_keys) > 1:
             yield SampleBatch(
-                first, s_keys[:-1], s_offsets[:-1], [b - a for a, b in zip(s_offsets, s_offsets[1:])], *out_parts
+                first, s_keys[:-1], s_offsets[:-1], [b - a for a, b in pairwise(s_offsets)], *out_parts
             )
     if open_key is not None:
         yield SampleBatch(closed, [open_key], [open_start], [end - open_start], *carry)
