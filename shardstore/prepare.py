@@ -138,7 +138,7 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
         values = []
     if len(values) != 3 or any(v < 0 for v in values) or sum(values) <= 0:
         raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1", member="split_ratio")
-    return list(zip(("train", "val", "test"), values))
+    return list(zip(("train", "val", "test"), values, strict=True))
 
 
 def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:

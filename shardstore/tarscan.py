@@ -187,7 +187,7 @@ class MemberBatch:
 
     def members(self) -> Iterator[TarMember]:
         for name, kind, first, data, size in zip(
-            self.names, self.kinds, self.header_offsets, self.data_offsets, self.sizes
+            self.names, self.kinds, self.header_offsets, self.data_offsets, self.sizes, strict=True
         ):
             yield TarMember(name, kind, first, data, size)
 
