@@ -19,7 +19,7 @@ import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -84,8 +84,14 @@ def epoch_samples(source: Source, repetitions: float) -> int:
     return _per_reader_count(len(source), source.skipped, _Reader(0, 1, 0, False), repetitions)
 
 
-def _weighted(streams: list[Iterator[int]], weights: list[float], rng: np.random.Generator, longest: bool = True) -> Iterator[tuple[int, int]]:
-    """Draw a stream by weight for each next item; an exhausted stream drops out (or ends all)."""
+_T = TypeVar("_T")
+
+
+def _weighted(
+    streams: list[Iterator[_T]], weights: list[float], rng: np.random.Generator, longest: bool = True
+) -> Iterator[tuple[int, _T]]:
+    """Draw a stream by weight for each next item (a slot, or for ``interleave`` a sample); an
+    exhausted stream drops out (or, unless ``longest``, ends all)."""
     active = [i for i, w in enumerate(weights) if w > 0]
     while active:
         cum = list(itertools.accumulate(weights[i] for i in active))
@@ -255,7 +261,7 @@ class Interleaved:
         """Draw a source per sample; ``Dataset`` sources are partitioned over ranks x workers."""
         reader = _Reader.make(self.seed, shuffle, rank, world_size, worker_id, num_workers)
         streams = [self._stream(k, d, reader) for k, d in enumerate(self.datasets)]
-        for k, sample in _weighted(streams, self.weights, reader.rng(2), self.longest):  # type: ignore[arg-type]
+        for k, sample in _weighted(streams, self.weights, reader.rng(2), self.longest):
             if isinstance(sample, dict):
                 sample = MetaSample(sample)
                 sample["__source__"] = k

@@ -177,7 +177,7 @@ def _parse_subset(raw: Any, where: Where) -> Subset:
         raise w.error("a percentage range needs a percentage as its end")
     if a > b:
         raise w.error(f"range start {rng[0]} is after its end {rng[1]}")
-    return Subset(ratio=(a, b))  # type: ignore[arg-type]
+    return Subset(ratio=(a, b))
 
 
 def merge_subset(own: Subset | None, parent: Subset | None, where: Where) -> Subset | None:
