@@ -247,6 +247,31 @@ def loop(fn: Callable[[Any], object], items: list[Any]) -> Callable[[], None]:
     return run
 
 
+def measure_against_floor(
+    sec: Section,
+    items: list[Any],
+    ours: Callable[[Any], object],
+    payload: int,
+    ranges: list[tuple[int, int, int]],
+    reader: Any,
+    repeat: int,
+    energon_repeat: int,
+) -> Section:
+    """Time the pread floor over ``ranges``, ``ours`` and Energon's ``reader`` (when there) over the
+    same ``items``, then close the reader: one shape for the position, key and member sections."""
+    n = len(items)
+    cases: list[tuple[str, Callable[[], object], int, int, int]] = [
+        ("floor", pread_loop(ranges), n, sum(r[1] for r in ranges), repeat),
+        ("shardstore", loop(ours, items), n, payload, repeat),
+    ]
+    if reader is not None:
+        cases.append(("energon", loop(reader.__getitem__, items), n, payload, energon_repeat))
+    measure(sec, cases)
+    if reader is not None:
+        reader.close()
+    return sec
+
+
 def bench_position(
     ds: shardstore.Dataset,
     positions: list[int],
@@ -268,17 +293,8 @@ def bench_position(
             theirs = reader[p]
             assert theirs["__key__"] == ours["__key__"], (p, theirs["__key__"], ours["__key__"])
             assert parts_of(theirs) == parts_of(ours), f"position {p}: Energon and shardstore differ"
-    payload, n = sum(sample_bytes(ds[p]) for p in positions), len(positions)
-    cases = [
-        ("floor", pread_loop(ranges), n, sum(r[1] for r in ranges), repeat),
-        ("shardstore", loop(ds.__getitem__, positions), n, payload, repeat),
-    ]
-    if reader is not None:
-        cases.append(("energon", loop(reader.__getitem__, positions), n, payload, energon_repeat))
-    measure(sec, cases)
-    if reader is not None:
-        reader.close()
-    return sec
+    payload = sum(sample_bytes(ds[p]) for p in positions)
+    return measure_against_floor(sec, positions, ds.__getitem__, payload, ranges, reader, repeat, energon_repeat)
 
 
 def bench_key(
@@ -297,17 +313,8 @@ def bench_key(
         assert ours["__key__"] == k
         if reader is not None:
             assert parts_of(reader[k]) == parts_of(ours), f"key {k}: Energon and shardstore differ"
-    payload, n = sum(sample_bytes(ds.get(k)) for k in keys), len(keys)
-    cases = [
-        ("floor", pread_loop(ranges), n, sum(r[1] for r in ranges), repeat),
-        ("shardstore", loop(ds.get, keys), n, payload, repeat),
-    ]
-    if reader is not None:
-        cases.append(("energon", loop(reader.__getitem__, keys), n, payload, energon_repeat))
-    measure(sec, cases)
-    if reader is not None:
-        reader.close()
-    return sec
+    payload = sum(sample_bytes(ds.get(k)) for k in keys)
+    return measure_against_floor(sec, keys, ds.get, payload, ranges, reader, repeat, energon_repeat)
 
 
 def bench_member(
@@ -331,17 +338,8 @@ def bench_member(
         assert ours == os.pread(fd, size, off)
         if store is not None:
             assert store[name][0] == ours, f"member {name}: Energon and shardstore differ"
-    payload, n = sum(r[1] for r in ranges), len(names)
-    cases = [
-        ("floor", pread_loop(ranges), n, payload, repeat),
-        ("shardstore", loop(ds.read_file, names), n, payload, repeat),
-    ]
-    if store is not None:
-        cases.append(("energon", loop(store.__getitem__, names), n, payload, energon_repeat))
-    measure(sec, cases)
-    if store is not None:
-        store.close()
-    return sec
+    payload = sum(r[1] for r in ranges)
+    return measure_against_floor(sec, names, ds.read_file, payload, ranges, store, repeat, energon_repeat)
 
 
 def bench_sequential(ds: shardstore.Dataset, repeat: int) -> Section:
