@@ -5,12 +5,12 @@ subflavors, and the same bytes from the aux stores (a prepared tar dataset and a
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from energon_peer import missing_peer
 from make_polylithic import make_polylithic
 
 from shardstore.metadataset import open_metadataset
@@ -20,16 +20,8 @@ pytestmark = pytest.mark.compat
 try:  # the peer: a test-only dependency (extra `compat`)
     from megatron.energon import WorkerConfig
     from megatron.energon.metadataset.loader import load_dataset
-
-    HAVE_ENERGON = True
 except Exception as _e:  # pragma: no cover - depends on the environment
-    HAVE_ENERGON = False
-    _WHY = f"megatron-energon is not importable ({_e!r}); install the `compat` extra"
-
-if not HAVE_ENERGON:  # pragma: no cover
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise RuntimeError(_WHY + " (CI must run the compat tests)")
-    pytest.skip(_WHY, allow_module_level=True)
+    missing_peer(_e)
 
 V2 = "__module__: megatron.energon\n__class__: MetadatasetV2\n"
 

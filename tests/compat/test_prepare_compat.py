@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import shutil
 import sqlite3
@@ -23,21 +22,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from energon_peer import missing_peer
 
 pytestmark = pytest.mark.compat
 
 try:  # the peer: a test-only dependency (extra `compat`)
     import megatron.energon  # noqa: F401
-
-    HAVE_ENERGON = True
 except Exception as _e:  # pragma: no cover - depends on the environment
-    HAVE_ENERGON = False
-    _WHY = f"megatron-energon is not importable ({_e!r}); install the `compat` extra"
-
-if not HAVE_ENERGON:  # pragma: no cover
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        raise RuntimeError(_WHY + " (CI must run the compat tests)")
-    pytest.skip(_WHY, allow_module_level=True)
+    missing_peer(_e)
 
 BIN = Path(sys.executable).parent
 FIELD_MAP = '{"image": "jpg", "caption": "txt"}'
