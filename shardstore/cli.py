@@ -361,32 +361,30 @@ def check_command(
         from .metadataset import metadataset_check
 
         mreport = metadataset_check(path, refs=refs, storage_options=storage_options)
-        if as_json:
-            echo_json(mreport.to_dict())
-        elif not quiet:
-            for problem in mreport.problems:
-                click.echo(f"problem: {problem}")
-            verdict = "OK" if mreport.ok else _plural(len(mreport.problems), "problem")
-            checked = f"{_plural(mreport.sources, 'source')}, {_plural(mreport.samples, 'sample')}"
-            if refs:
-                checked += f", {_plural(mreport.references, 'reference')}"
-            click.echo(f"{mreport.url}: {verdict} ({checked} checked in {mreport.seconds:.2f} s)")
-        if not mreport.ok:
-            sys.exit(1)
+        checked = f"{_plural(mreport.sources, 'source')}, {_plural(mreport.samples, 'sample')}"
+        if refs:
+            checked += f", {_plural(mreport.references, 'reference')}"
+        _print_check(mreport, checked, as_json, quiet)
         return
     if refs:
         raise click.UsageError("--ref applies to a metadataset YAML")
-    from .inspection import check
+    from .checks import check
 
     report = check(path, deep=deep, storage_options=storage_options)
+    checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
+    if deep:
+        checked += f", {_plural(report.parts, 'part')} (deep)"
+    _print_check(report, checked, as_json, quiet)
+
+
+def _print_check(report: Any, checked: str, as_json: bool, quiet: bool) -> None:
+    """Print a check's report (``to_dict`` as JSON, or each problem and a verdict line saying what
+    was ``checked``) and exit with 1 when it found problems: one output for datasets and YAMLs."""
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        for found in report.problems:
-            click.echo(f"problem: {found}")
-        checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
-        if deep:
-            checked += f", {_plural(report.parts, 'part')} (deep)"
+        for problem in report.problems:
+            click.echo(f"problem: {problem}")
         verdict = "OK" if report.ok else _plural(len(report.problems), "problem")
         click.echo(f"{report.url}: {verdict} ({checked} checked in {report.seconds:.2f} s)")
     if not report.ok:
