@@ -81,15 +81,18 @@ class Dataset:
         self.url = os.fspath(url)
         self.storage_options = storage_options
         self.storage: Storage = open_storage(self.url, storage_options)
+        # Opening reads two small files, one request each on S3 (.info.json, split.yaml);
+        # dataset.yaml, shardstore.json and index.uuid are read when first needed.
         self.info = nvmeta.read_info(self.storage)
         # split_config: another split file in .nv-meta (a metadataset's `split_config`); it must exist
         self.split_config = split_config
         if split_config is not None:
             self.splits: nvmeta.Splits | None = nvmeta.read_splits(self.storage, split_config)
         else:
-            self.splits = nvmeta.read_splits(self.storage) if self._has(nvmeta.SPLIT_YAML) else None
+            self.splits = nvmeta.read_splits_if_any(self.storage)
         self.split = split
-        self.dataset_yaml = nvmeta.read_dataset_yaml(self.storage)
+        self._dataset_yaml: dict[str, Any] | None = None
+        self._dataset_yaml_read = False
         self.decode = decode
         self.allow_pickle = allow_pickle
         self.field_map = field_map
@@ -111,7 +114,7 @@ class Dataset:
         self._starts = [0]
         for s in self.shards:
             self._starts.append(self._starts[-1] + s.count)
-        self._sizes = self._prepared_sizes()
+        self._prepared: dict[str, dict[str, Any]] | None = None  # see ``_sizes``
         self._offsets: dict[int, np.ndarray] = {}
         self._checked: set[int] = set()
         self._index: IndexReader | None = None
@@ -122,7 +125,7 @@ class Dataset:
         """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
         locks and per-process caches are rebuilt lazily on the other side."""
         state = self.__dict__.copy()
-        state.update(_offsets={}, _index=None, _checked=set())
+        state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
         return state
@@ -132,14 +135,36 @@ class Dataset:
         self._lock = threading.Lock()
 
     # ----- metadata -------------------------------------------------------------------------
-    def _has(self, name: str) -> bool:
-        return self.storage.exists(f"{nvmeta.META_DIR}/{name}")
+    @property
+    def dataset_yaml(self) -> dict[str, Any] | None:
+        """``dataset.yaml`` as a mapping (None when there is none), read on first use: only
+        decoding, field maps and ``info`` look at it."""
+        if not self._dataset_yaml_read:
+            self._dataset_yaml = nvmeta.read_dataset_yaml(self.storage)
+            self._dataset_yaml_read = True
+        return self._dataset_yaml
+
+    @dataset_yaml.setter
+    def dataset_yaml(self, value: dict[str, Any] | None) -> None:
+        """Another dataset config in its place (a metadataset's ``dataset_config``)."""
+        self._dataset_yaml, self._dataset_yaml_read = value, True
+
+    @property
+    def _sizes(self) -> dict[str, dict[str, Any]]:
+        """Shard -> its ``size`` (and ``etag``) at prepare, from ``shardstore.json``, read when
+        first needed (the first shard check): opening a dataset does not wait for it."""
+        if self._prepared is None:
+            self._prepared = self._prepared_sizes()
+        return self._prepared
 
     def _prepared_sizes(self) -> dict[str, dict[str, Any]]:
-        if not self._has(SHARDSTORE_JSON):
+        """``shardstore.json``'s shard sizes (and ETags) at prepare; empty for a dataset prepared
+        by Energon. Raises ``IndexVersionError`` for a newer format."""
+        data = nvmeta.read_if_exists(self.storage, f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}")
+        if data is None:
             return {}
         try:
-            raw = json.loads(self.storage.read(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"))
+            raw = json.loads(data)
             version, shards = int(raw.get("format", 1)), dict(raw["shards"])
         except (ValueError, KeyError, TypeError, AttributeError):
             return {}
@@ -156,10 +181,8 @@ class Dataset:
         """``index.uuid`` (read once: on S3 each look costs requests, and it names the index cache)."""
         cached: str | None = getattr(self, "_uuid", None)
         if cached is None:
-            if not self._has(nvmeta.INDEX_UUID):
-                cached = "no-uuid"
-            else:
-                cached = self.storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}").decode().strip()
+            data = nvmeta.read_if_exists(self.storage, f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}")
+            cached = "no-uuid" if data is None else data.decode().strip()
             self._uuid = cached
         return cached
 
@@ -184,9 +207,15 @@ class Dataset:
             with self._lock:
                 if self._index is None:
                     rel = f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"
-                    if not self.storage.exists(rel):
+                    try:  # remote: no existence check first, a missing object fails the download
+                        path: str | None = self._local_copy(rel)
+                    except StorageError as e:
+                        if e.errno != errno.ENOENT:
+                            raise
+                        path = None
+                    if path is None or not os.path.exists(path):
                         raise DatasetNotPreparedError("no index.sqlite; run `shardstore prepare`", path=self.storage.url(rel))
-                    self._index = IndexReader(self._local_copy(rel))
+                    self._index = IndexReader(path)
         return self._index
 
     def _shard_offsets(self, shard: ShardRef) -> np.ndarray:

@@ -9,6 +9,7 @@ expanded with the ``braceexpand`` package, as Energon does.
 from __future__ import annotations
 
 import enum
+import errno
 import functools
 import json
 import re
@@ -20,7 +21,7 @@ from typing import Any
 import braceexpand
 import yaml
 
-from .errors import ConfigError, DatasetNotPreparedError
+from .errors import ConfigError, DatasetNotPreparedError, StorageError
 from .storage import Storage, is_remote_url, open_storage
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "info_bytes",
     "info_yaml_bytes",
     "read_splits",
+    "read_splits_if_any",
+    "read_if_exists",
     "splits_bytes",
     "read_dataset_yaml",
     "dataset_yaml_bytes",
@@ -193,13 +196,29 @@ def _load_yaml(data: bytes, where: str) -> Any:
         raise ConfigError(f"invalid YAML: {e}", path=where) from e
 
 
+def read_if_exists(storage: Storage, path: str) -> bytes | None:
+    """The bytes of the (small) file ``path``, or None when there is none.
+
+    One request on an object store: asking whether the file exists and then reading it costs two
+    or three (a HEAD, and s3fs's HEAD before a whole-object GET), which made opening a dataset on
+    S3 cost about a dozen round trips.
+    """
+    try:
+        return storage.read(path)
+    except StorageError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        raise
+
+
 def read_info(storage: Storage) -> DatasetInfo:
     """Read ``.info.json`` (or Energon 6's ``.info.yaml``)."""
     for name, parse in ((INFO_JSON, json.loads), (INFO_YAML, lambda b: _load_yaml(b, INFO_YAML))):
         path = f"{META_DIR}/{name}"
-        if storage.exists(path):
+        data = read_if_exists(storage, path)
+        if data is not None:
             try:
-                raw = parse(storage.read(path))
+                raw = parse(data)
             except ValueError as e:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
@@ -221,17 +240,26 @@ def info_yaml_bytes(info: DatasetInfo) -> bytes:
 
 def read_splits(storage: Storage, name: str = SPLIT_YAML) -> Splits:
     """Read ``split.yaml`` (or ``split.json``)."""
+    splits = read_splits_if_any(storage, name)
+    if splits is None:
+        raise DatasetNotPreparedError(f"no {META_DIR}/{name}", path=storage.url())
+    return splits
+
+
+def read_splits_if_any(storage: Storage, name: str = SPLIT_YAML) -> Splits | None:
+    """``read_splits``, or None when there is no such split file (one request when there is)."""
     candidates = [name] + (["split.json"] if name == SPLIT_YAML else [])
     for cand in candidates:
         path = f"{META_DIR}/{cand}"
-        if storage.exists(path):
-            raw = _load_yaml(storage.read(path), storage.url(path))
+        data = read_if_exists(storage, path)
+        if data is not None:
+            raw = _load_yaml(data, storage.url(path))
             if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
                 raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
             parts = {str(k): [str(x) for x in (v or [])] for k, v in raw["split_parts"].items()}
             exclude = [str(x) for x in (raw.get("exclude") or [])]
             return Splits(parts, exclude)
-    raise DatasetNotPreparedError(f"no {META_DIR}/{name}", path=storage.url())
+    return None
 
 
 def splits_bytes(splits: Splits) -> bytes:
@@ -243,9 +271,10 @@ def splits_bytes(splits: Splits) -> bytes:
 def read_dataset_yaml(storage: Storage) -> dict[str, Any] | None:
     """``dataset.yaml`` as a dict, or None when the dataset has none."""
     path = f"{META_DIR}/{DATASET_YAML}"
-    if not storage.exists(path):
+    data = read_if_exists(storage, path)
+    if data is None:
         return None
-    raw = _load_yaml(storage.read(path), storage.url(path))
+    raw = _load_yaml(data, storage.url(path))
     if not isinstance(raw, dict):
         raise ConfigError("dataset.yaml must be a mapping", path=storage.url(path))
     return raw

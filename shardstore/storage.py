@@ -471,8 +471,11 @@ class FsspecStorage(Storage):
         return data
 
     def read(self, path: str) -> bytes:
-        """A whole (small) file in one GET; the generic version asks for the size first."""
-        data: bytes = self._retry("read", path, lambda: self.fs.cat_file(self._full(path)))
+        """A whole (small) file in one GET; the generic version asks for the size first, and so
+        does s3fs unless told to fetch in one piece (it sizes the object to split big ones).
+        A missing object raises ``StorageError`` with ``errno.ENOENT``."""
+        kw = {"max_concurrency": 1} if self.protocol in ("s3", "s3a") else {}
+        data: bytes = self._retry("read", path, lambda: self.fs.cat_file(self._full(path), **kw))
         return data
 
     def read_ranges(self, requests: Sequence[tuple[str, ByteRange]], max_workers: int = 32) -> builtins.list[bytes]:

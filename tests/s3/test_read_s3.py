@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 import shardstore
-from shardstore.errors import StaleIndexError, StorageError
+from shardstore.errors import DatasetNotPreparedError, StaleIndexError, StorageError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from delayproxy import DelayProxy  # noqa: E402
@@ -114,6 +114,32 @@ def test_get_many_in_the_order_asked(prepared: Prepared) -> None:
     keys = [prepared.expected[p][1] for p in positions[:10]]
     assert [s["__key__"] for s in ds.get_many(keys)] == keys
     assert ds.get_many([]) == []
+
+
+def test_open_costs_two_requests(prepared: Prepared) -> None:
+    """Opening reads .info.json and split.yaml with one GET each (no existence checks first);
+    dataset.yaml, shardstore.json and index.uuid wait until something needs them. It cost 12."""
+    with DelayProxy(prepared.server.endpoint) as proxy:
+        for split in ("train", None):
+            proxy.reset_counts()
+            ds = prepared.open(proxy.endpoint, split=split, options={"skip_instance_cache": True})
+            assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in proxy.requests] == [
+                ("GET", ".info.json"),
+                ("GET", "split.yaml"),
+            ]
+            proxy.reset_counts()
+            assert ds[0]["__key__"] == prepared.expected[0][1]
+            # index.uuid (names the local index cache), the shard's .tar.idx unless cached,
+            # shardstore.json, the shard's size (stale check), and the sample
+            assert proxy.count() <= 5, proxy.requests
+            proxy.reset_counts()
+            assert ds.dataset_yaml is None and ds.dataset_yaml is None  # prepared without a sample type
+            assert proxy.count() == 1  # one GET (404), once
+        proxy.reset_counts()
+        missing = f"{prepared.url}-missing"
+        with pytest.raises(DatasetNotPreparedError):
+            shardstore.open(missing, storage_options=prepared.server.storage_options(proxy.endpoint))
+        assert proxy.count() <= 2  # .info.json, then Energon 6's .info.yaml
 
 
 def test_get_many_merges_neighbours_into_few_requests(prepared: Prepared) -> None:
