@@ -50,7 +50,7 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -373,14 +373,35 @@ def _start_rclone(root: Path, buckets: Sequence[str], etag: bool, detach: bool, 
         "--buffer-size", "0",  # no 16 MiB read-ahead per GET: requests are small ranges
         "--log-level", "NOTICE",
     ]
+    proc, endpoint = _spawn(
+        cmd, state, log, detach, timeout, lambda proc: _read_endpoint(proc, log, timeout), env=env, stdout_to_log=True
+    )
+    return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="rclone", log=log, state_dir=str(state), proc=proc)
+
+
+def _spawn(
+    cmd: list[str],
+    state: Path,
+    log: str,
+    detach: bool,
+    timeout: float,
+    endpoint_of: Callable[[subprocess.Popen[bytes]], str],
+    *,
+    env: dict[str, str] | None = None,
+    stdout_to_log: bool,
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a server process that logs to ``log`` (its stderr, and its stdout if ``stdout_to_log``,
+    else stdout is a pipe); ``endpoint_of(proc)`` learns its address. Until it answers there, any
+    failure (or Ctrl-C) kills the process and removes ``state``, so no half-started server is left."""
     try:
         with open(log, "wb") as logf:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                cmd, stdin=subprocess.DEVNULL, stdout=logf if stdout_to_log else subprocess.PIPE,
+                stderr=subprocess.STDOUT if stdout_to_log else logf, env=env,
                 start_new_session=detach, preexec_fn=None if detach else _die_with_parent,
             )
         try:
-            endpoint = _read_endpoint(proc, log, timeout)
+            endpoint = endpoint_of(proc)
             _wait_answering(endpoint, proc, log, timeout)
         except BaseException:
             _terminate(proc.pid, proc)
@@ -388,7 +409,7 @@ def _start_rclone(root: Path, buckets: Sequence[str], etag: bool, detach: bool, 
     except BaseException:
         shutil.rmtree(state, ignore_errors=True)
         raise
-    return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="rclone", log=log, state_dir=str(state), proc=proc)
+    return proc, endpoint
 
 
 _MOTO_MAIN = """
@@ -409,25 +430,15 @@ def _start_moto(root: Path, detach: bool, timeout: float) -> S3Server:
         raise Unavailable(f"moto is not installed (pip install 'moto[server]'): {e}") from None
     state = Path(tempfile.mkdtemp(prefix="shardstore-moto-state-"))
     log = str(state / "moto.log")
-    try:
-        with open(log, "wb") as logf:
-            proc = subprocess.Popen(
-                [sys.executable, "-c", _MOTO_MAIN], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=logf,
-                start_new_session=detach, preexec_fn=None if detach else _die_with_parent,
-            )
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline().decode().strip()
-            if not line.isdigit():
-                raise Unavailable(f"moto server did not start: {_tail(log)}")
-            endpoint = f"http://127.0.0.1:{line}"
-            _wait_answering(endpoint, proc, log, timeout)
-        except BaseException:
-            _terminate(proc.pid, proc)
-            raise
-    except BaseException:
-        shutil.rmtree(state, ignore_errors=True)
-        raise
+
+    def endpoint_of(proc: subprocess.Popen[bytes]) -> str:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            raise Unavailable(f"moto server did not start: {_tail(log)}")
+        return f"http://127.0.0.1:{line}"
+
+    proc, endpoint = _spawn([sys.executable, "-c", _MOTO_MAIN], state, log, detach, timeout, endpoint_of, stdout_to_log=False)
     return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="moto", log=log, state_dir=str(state), proc=proc)
 
 
