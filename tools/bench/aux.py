@@ -58,6 +58,22 @@ def _rates(runs: dict[str, list[float]], cpu: dict[str, list[float]], counts: di
     return out
 
 
+def _race(fns: dict[str, Callable[[], int]], repeat: int, counts: dict[str, int]) -> dict[str, Any]:
+    """Run every reader ``repeat`` times, the runs interleaved (so a slow spell of the machine hits
+    all of them alike), and turn the best times into lookups/s over ``counts`` lookups."""
+    runs: dict[str, list[float]] = {k: [] for k in fns}
+    cpu: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            _best(fn, runs[k], cpu[k])
+    return _rates(runs, cpu, counts)
+
+
+def _get_many_bytes(store: Any, names: list[str], batch: int = 256) -> int:
+    """Bytes read through ``store.get_many`` a batch of names at a time."""
+    return sum(len(b) for i in range(0, len(names), batch) for b in store.get_many(names[i : i + batch]))
+
+
 def pick_names(ds: shardstore.Dataset, n: int, part: str) -> list[str]:
     """``n`` random member names ``key.part`` (distinct keys) of the dataset."""
     keys = list(ds.keys())
@@ -82,7 +98,7 @@ def indexed_tar(data: str, names: list[str], energon_names: int, repeat: int) ->
         return sum(len(ours[n]) for n in names)
 
     def batched() -> int:
-        return sum(len(b) for i in range(0, len(names), 256) for b in ours.get_many(names[i : i + 256]))
+        return _get_many_bytes(ours, names)
 
     def energon() -> int:
         return sum(len(theirs[n][0]) for n in sub)
@@ -92,15 +108,11 @@ def indexed_tar(data: str, names: list[str], energon_names: int, repeat: int) ->
     assert [ours[n] for n in check] == [theirs[n][0] for n in check] == [os.pread(*p) for p in plan[:200]]
     assert ours.get_many(check) == [ours[n] for n in check]
     fns = {"floor": floor, "one_by_one": one_by_one, "batched": batched, "energon": energon}
-    runs: dict[str, list[float]] = {k: [] for k in fns}
-    cpu: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            _best(fn, runs[k], cpu[k])
+    counts = {"floor": len(names), "one_by_one": len(names), "batched": len(names), "energon": len(sub)}
+    rates = _race(fns, repeat, counts)
     for fd in fds.values():
         os.close(fd)
-    counts = {"floor": len(names), "one_by_one": len(names), "batched": len(names), "energon": len(sub)}
-    return _rates(runs, cpu, counts)
+    return rates
 
 
 def folder(data: str, names: list[str], repeat: int) -> dict[str, Any]:
@@ -130,7 +142,7 @@ def folder(data: str, names: list[str], repeat: int) -> dict[str, Any]:
             return sum(len(ours[p]) for p in rel)
 
         def batched() -> int:
-            return sum(len(b) for i in range(0, len(rel), 256) for b in ours.get_many(rel[i : i + 256]))
+            return _get_many_bytes(ours, rel)
 
         def energon() -> int:
             return sum(len(theirs[p][0]) for p in rel)
@@ -138,12 +150,7 @@ def folder(data: str, names: list[str], repeat: int) -> dict[str, Any]:
         floor()
         assert [ours[p] for p in rel[:100]] == [theirs[p][0] for p in rel[:100]]
         fns = {"floor": floor, "one_by_one": one_by_one, "batched": batched, "energon": energon}
-        runs: dict[str, list[float]] = {k: [] for k in fns}
-        cpu: dict[str, list[float]] = {k: [] for k in fns}
-        for _ in range(repeat):
-            for k, fn in fns.items():
-                _best(fn, runs[k], cpu[k])
-        return _rates(runs, cpu, {k: len(rel) for k in fns})
+        return _race(fns, repeat, {k: len(rel) for k in fns})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
