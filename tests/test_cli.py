@@ -19,6 +19,7 @@ from typing import Any
 import click
 import pytest
 from click.testing import CliRunner, Result
+from tar_headers import set_header_field
 
 import shardstore
 from shardstore import inspection
@@ -225,10 +226,7 @@ def test_check_deep_finds_member_that_moved(prepared: Path) -> None:
         m = tar.getmember("s00000_000004.txt")
     with open(shard, "r+b") as f:
         f.seek(m.offset)
-        hdr = bytearray(f.read(512))
-        hdr[0:100] = b"s00000_000004.cls".ljust(100, b"\0")
-        hdr[148:156] = b" " * 8
-        hdr[148:155] = f"{sum(hdr):06o}\0".encode()
+        hdr = set_header_field(f.read(512), 0, 0, b"s00000_000004.cls".ljust(100, b"\0"))
         f.seek(m.offset)
         f.write(hdr)
     result = run("check", prepared, "--deep", ok=False)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tar_headers import set_header_field
 
 import shardstore
 from shardstore.errors import ShardstoreError, TarFormatError
@@ -85,10 +86,10 @@ def test_anything_unusual_falls_back() -> None:
     base = make_tar(SAMPLE[:2])
     second = 512 + ((5000 + 511) & ~511)
     cases = {
-        "directory type": _patched(base, 0, 156, b"5"),
-        "v7 header (no magic)": _patched(base, second, 257, b"\0" * 6),
-        "base-256 size": _patched(base, second, 124, b"\x80" + (9).to_bytes(11, "big")),
-        "garbage size": _patched(base, second, 124, b"12x4\0"),
+        "directory type": set_header_field(base, 0, 156, b"5"),
+        "v7 header (no magic)": set_header_field(base, second, 257, b"\0" * 6),
+        "base-256 size": set_header_field(base, second, 124, b"\x80" + (9).to_bytes(11, "big")),
+        "garbage size": set_header_field(base, second, 124, b"12x4\0"),
         "short buffer": base[:-1],
         "old-style directory": make_tar([("dir/", b"")]),
         "trailing end marker": make_tar(SAMPLE[:1], end_marker=True),
@@ -112,15 +113,6 @@ def test_a_bad_checksum_is_caught_by_the_fallback_only_when_the_structure_breaks
     data[257] = ord("X")  # the magic: the fast path refuses, the walker finds the checksum wrong
     with pytest.raises(TarFormatError, match="checksum"):
         regular_members(bytes(data), "x.tar")
-
-
-def _patched(data: bytes, at: int, start: int, field: bytes) -> bytes:
-    """A header field overwritten and the checksum fixed, so only the field is unusual."""
-    hdr = bytearray(data[at : at + 512])
-    hdr[start : start + len(field)] = field
-    hdr[148:156] = b" " * 8
-    hdr[148:156] = b"%06o\0 " % sum(hdr)
-    return data[:at] + bytes(hdr) + data[at + 512 :]
 
 
 @settings(max_examples=300, deadline=None)

@@ -8,6 +8,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from tar_headers import set_header_field
 
 from shardstore.errors import TarFormatError, TruncatedTarError
 from shardstore.storage import LocalStorage
@@ -47,15 +48,6 @@ def reference(data: bytes) -> list[tuple[str, int, int, int]]:
 
 def regular(members: list[TarMember]) -> list[tuple[str, int, int, int]]:
     return [(m.name, m.header_offset, m.data_offset, m.size) for m in members if m.kind == REGULAR]
-
-
-def set_header_field(data: bytes, at: int, start: int, field: bytes) -> bytes:
-    """Overwrite a field of the header at ``at`` and fix its checksum, so only the field is 'wrong'."""
-    hdr = bytearray(data[at : at + 512])
-    hdr[start : start + len(field)] = field
-    hdr[148:156] = b" " * 8
-    hdr[148:156] = b"%06o\0 " % sum(hdr)
-    return data[:at] + bytes(hdr) + data[at + 512 :]
 
 
 # --------------------------------------------------------------------------------------------------
