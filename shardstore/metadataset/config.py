@@ -52,10 +52,12 @@ class Where:
         return Where(self.file, f"{self.key}.{part}" if self.key else part)
 
     def error(self, detail: str) -> ConfigError:
+        """A ``ConfigError`` about this place (raise it)."""
         return ConfigError(detail, path=self.file, member=self.key or None)
 
 
 def folder_of(url: str) -> str:
+    """The folder of a YAML (local path or URL): relative paths inside it resolve against this."""
     if is_remote_url(url):
         return url.rstrip("/").rsplit("/", 1)[0]
     return os.path.dirname(os.path.abspath(url))
@@ -196,6 +198,8 @@ def merge_subset(own: Subset | None, parent: Subset | None, where: Where) -> Sub
 # ----- the parsed tree ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class AuxRef:
+    """An ``aux`` entry: a store name and its resolved path (a prepared dataset or a plain folder)."""
+
     name: str
     url: str
     folder: bool  # True: plain folder (filesystem://); False: prepared dataset
@@ -204,6 +208,8 @@ class AuxRef:
 
 @dataclass(frozen=True)
 class DatasetRef:
+    """A dataset reference (``path: ...`` and its options): a prepared dataset or another YAML."""
+
     where: Where
     path: str
     split_part: str | None = None
@@ -219,6 +225,8 @@ class DatasetRef:
 
 @dataclass(frozen=True)
 class JoinNode:
+    """A ``join``: datasets matched by sample key, the first being the primary."""
+
     where: Where
     entries: tuple[tuple[str, DatasetRef], ...]
     named: bool
@@ -232,6 +240,8 @@ class JoinNode:
 
 @dataclass(frozen=True)
 class BlendNode:
+    """A ``blend`` (weights) or ``blend_epochized`` (repetitions) of references and joins."""
+
     where: Where
     mode: str
     entries: tuple[DatasetRef | JoinNode, ...]
@@ -243,6 +253,8 @@ Node = DatasetRef | JoinNode | BlendNode
 
 @dataclass(frozen=True)
 class MetaFile:
+    """One parsed YAML: its URL, format version (1: ``Metadataset``, 2: ``MetadatasetV2``) and splits."""
+
     url: str
     version: int
     splits: dict[str, Node]
@@ -406,6 +418,10 @@ def _parse_split_v1(raw: Any, base: str, where: Where) -> Node:
 
 
 def load_file(url: str, storage_options: dict[str, Any] | None, where: Where | None = None) -> MetaFile:
+    """Read and validate the YAML at ``url``; ``where`` is the place that names it (for a nested one).
+
+    Raises ``ConfigError`` naming the file and key for anything it does not accept.
+    """
     raw = _read_yaml(url, where, storage_options)
     top = Where(url)
     raw = _check_keys(raw, frozenset({"__module__", "__class__", "splits"}), top, "metadataset")

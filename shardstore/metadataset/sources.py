@@ -69,6 +69,7 @@ class MetaSample(Sample):
 
 
 def open_aux(ref: AuxRef, storage_options: dict[str, Any] | None) -> FileStore:
+    """The file store an ``aux`` entry names; ``ConfigError`` at the entry's YAML key if it is not there."""
     where = ref.where
     if ref.folder:
         store = FolderStore(ref.url, storage_options=storage_options)
