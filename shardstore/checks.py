@@ -26,7 +26,7 @@ import yaml
 
 from . import nvmeta
 from .dataset import SHARDSTORE_FORMAT
-from .errors import ConfigError, IndexVersionError, ShardstoreError, StorageError
+from .errors import ConfigError, IndexVersionError, ShardstoreError, StorageError, place_message
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .keys import group_batches, member_name
@@ -158,12 +158,7 @@ class Problem:
     offset: int | None = None
 
     def __str__(self) -> str:
-        where = [self.path]
-        if self.member is not None:
-            where.append(f"member {self.member!r}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        return f"{', '.join(where)}: {self.detail}"
+        return place_message(self.detail, self.path, self.member, self.offset)
 
     @classmethod
     def from_error(cls, kind: str, err: ShardstoreError, default_path: str) -> Problem:

@@ -24,7 +24,21 @@ __all__ = [
     "PathEscapeError",
     "AuxNotFoundError",
     "MountError",
+    "place_message",
 ]
+
+
+def place_message(detail: str, path: str | None, member: str | None = None, offset: int | None = None) -> str:
+    """``path, member 'm', offset N: detail``, leaving out what is None: how errors (and ``check``'s
+    problems) name their place, so every message reads the same way."""
+    where = []
+    if path is not None:
+        where.append(str(path))
+    if member is not None:
+        where.append(f"member {member!r}")
+    if offset is not None:
+        where.append(f"offset {offset}")
+    return f"{', '.join(where)}: {detail}" if where else detail
 
 
 class ShardstoreError(Exception):
@@ -49,14 +63,7 @@ class ShardstoreError(Exception):
         super().__init__(self._message())
 
     def _message(self) -> str:
-        where = []
-        if self.path is not None:
-            where.append(str(self.path))
-        if self.member is not None:
-            where.append(f"member {self.member!r}")
-        if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        return f"{', '.join(where)}: {self.detail}" if where else self.detail
+        return place_message(self.detail, self.path, self.member, self.offset)
 
     def __str__(self) -> str:
         return self._message()
