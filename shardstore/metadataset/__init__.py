@@ -5,13 +5,9 @@ A metadataset YAML names, per split, one dataset, a ``blend`` (weights), a ``ble
 (repetitions) or a ``join``; entries may point at further metadataset YAMLs. ``open_metadataset``
 flattens the chosen split into *sources* (one prepared dataset each, with its subset range, weight or
 repetitions, subflavors and aux stores) the way Energon's ``get_datasets`` does, then iterates them:
-
-- blend: each next sample comes from a source drawn at random by weight (sources repeat forever by
-  default, as in Energon's training loader);
-- blend_epochized: a source is drawn with probability proportional to the samples it has left in the
-  epoch, so an epoch holds exactly ``floor(r * n)`` samples of a source of ``n`` samples repeated ``r``
-  times (per reader: its share of ``n``);
-- the draws are seeded per (seed, rank, worker), so a run is reproducible and readers differ.
+a blend draws sources by weight, a blend_epochized gives each source exactly its repetitions per epoch
+(``blend`` says how), and the draws are seeded per (seed, rank, worker), so a run is reproducible and
+readers differ.
 
 Every sample is a ``MetaSample``: the dataset's sample plus ``__source__`` (the source's name) and
 ``__subflavors__``, and ``sample.aux``: the source's file stores (``sample.aux["images"][name]``).
