@@ -218,7 +218,7 @@ def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool
     return nvmeta.dataset_kind(path, storage_options) == nvmeta.DatasetKind.WEBDATASET
 
 
-# ----- inspection: info, check, ls, cat (shardstore/inspection.py) ------------------------------
+# ----- inspection: info, check, ls, cat (shardstore/inspection.py, checks.py) -------------------
 def _human_bytes(n: int) -> str:
     size = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB"):
@@ -237,7 +237,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def _is_metadataset(path: str) -> bool:
-    """A metadataset YAML (Energon's MetadatasetV2 or v1): `info`/`check` go to metadataset.py."""
+    """A metadataset YAML (Energon's MetadatasetV2 or v1): `info`/`check` go to shardstore.metadataset."""
     return nvmeta.dataset_kind(path) == nvmeta.DatasetKind.METADATASET
 
 
