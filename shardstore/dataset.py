@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from . import nvmeta
-from .errors import DatasetNotPreparedError, IndexVersionError, SampleNotFoundError, StaleIndexError, StorageError
+from .errors import (
+    DatasetNotPreparedError,
+    IndexVersionError,
+    SampleNotFoundError,
+    StaleIndexError,
+    StorageError,
+)
 from .index.sqlite import IndexReader, SampleLocation
 from .index.taridx import read_offsets
 from .keys import split_name

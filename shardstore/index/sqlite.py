@@ -19,8 +19,8 @@ import urllib.parse
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 from importlib import resources
+from typing import Any
 
 from ..errors import DuplicateKeyError, IndexVersionError, StorageError
 from ..keys import SampleBatch
@@ -239,23 +239,12 @@ class SampleLocation:
     size: int
 
 
-#: Member ``key.part`` -> (tar_file_id, data offset, size, the sample's rowid, its sample_index):
-#: the UNIQUE ``sample_key`` index, the sample's table row, then ``idx_sample_parts_full``, which
-#: covers the part's columns.
+#: Member ``key.part`` -> (tar_file_id, data offset, size): the UNIQUE ``sample_key`` index, the
+#: sample's table row, then ``idx_sample_parts_full``, which covers the part's columns.
 _PART_SQL = (
-    "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size, s.rowid, s.sample_index FROM samples s "
+    "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
     "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
     "WHERE s.sample_key=?1 AND p.part_name=?2"
-)
-#: The same without the sample's table row (about a quarter of the lookup): the key index gives the
-#: rowid, which ``temp.shard_rows`` maps to (tar_file_id, sample_index) for the shards whose rows
-#: were checked to lie in rowid order (``IndexReader._learn_rows``). No row when the rowid is in no
-#: checked range: the caller then runs ``_PART_SQL``.
-_PART_BY_ROWID_SQL = (
-    "SELECT b.tar_file_id, p.content_byte_offset, p.content_byte_size "
-    "FROM (SELECT rowid AS r FROM samples WHERE sample_key=?1) s "
-    "JOIN temp.shard_rows b ON b.last = (SELECT last FROM temp.shard_rows WHERE last >= s.r LIMIT 1) AND b.first <= s.r "
-    "JOIN sample_parts p ON p.tar_file_id=b.tar_file_id AND p.sample_index=s.r-b.first AND p.part_name=?2"
 )
 
 #: Every live reader, so a forked child drops the connections it inherited (an SQLite connection
@@ -290,8 +279,6 @@ class IndexReader:
                 path=path,
             )
         self.has_parts = "sample_parts" in tables
-        #: Whether ``part`` tries rowid ranges first (until a shard's rows are found out of order).
-        self._rowid_order = self.has_parts
 
     def __getstate__(self) -> dict[str, str]:
         return {"path": self.path}
@@ -344,83 +331,14 @@ class IndexReader:
         has no ``sample_parts``: Energon 6).
 
         The hot path of every lookup by member name (aux stores, ``read_file``): one statement on
-        the thread's cursor, nothing built per call. In a shard looked up often whose ``samples``
-        rows are stored in order (prepare writes them so), the statement skips the sample's table
-        row: see ``_PART_BY_ROWID_SQL`` and ``_slow_lookup``.
+        the thread's own cursor, nothing built per call.
         """
         if not self.has_parts:
             return None
         cur = getattr(self._local, "parts", None)
         if cur is None:
-            cur = self._parts_cursor()
-        if self._rowid_order:
-            row = cur.execute(_PART_BY_ROWID_SQL, (key, part)).fetchone()
-            if row is not None:
-                return row  # type: ignore[no-any-return]
-        row = cur.execute(_PART_SQL, (key, part)).fetchone()
-        if row is None:
-            return None
-        if self._rowid_order:
-            self._slow_lookup(row[0], row[3] - row[4])
-        return row[:3]  # type: ignore[no-any-return]
-
-    def _parts_cursor(self) -> sqlite3.Cursor:
-        """This thread's cursor for ``part``, with its connection's ``temp.shard_rows`` table
-        (the rowid ranges checked on this connection: none at first, also in a forked child)."""
-        conn = self._conn()
-        try:
-            conn.isolation_level = None  # the temp table's inserts commit at once
-            conn.execute("PRAGMA temp_store=MEMORY")
-            conn.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS shard_rows "
-                "(last INTEGER PRIMARY KEY, first INTEGER NOT NULL, tar_file_id INTEGER NOT NULL)"
-            )
-        except sqlite3.Error as e:
-            raise StorageError(f"cannot open index: {e}", path=self.path) from e
-        self._local.pending = {}
-        cur = self._local.parts = conn.cursor()
-        return cur
-
-    def _slow_lookup(self, tar_file_id: int, first: int) -> None:
-        """Count a lookup that ``_PART_SQL`` answered in a shard whose sample 0 has rowid
-        ``first``; after as many as a sixteenth of the shard's samples, check the shard's rows.
-
-        The check reads every index entry of the shard (about 0.1 us each) and saves about 1 us
-        on each later lookup in it, so it is made only for shards looked up often: a shard touched
-        a few times never pays for it, and one touched just often enough pays at most ~25% more
-        than without the fast path. ``_local.pending``: lookups left before the check, -1 once made.
-        """
-        pending: dict[int, int] = self._local.pending
-        left = pending.get(tar_file_id)
-        if left is None:
-            row = self._conn().execute("SELECT max(sample_index) FROM samples WHERE tar_file_id=?", (tar_file_id,))
-            left = (row.fetchone()[0] + 1) // 16
-        if left > 0:
-            pending[tar_file_id] = left - 1
-        elif left == 0:
-            pending[tar_file_id] = -1
-            self._learn_rows(tar_file_id, first)
-
-    def _learn_rows(self, tar_file_id: int, first: int) -> None:
-        """If the shard's ``samples`` rows have rowids ``first + sample_index`` for every
-        ``sample_index`` from 0 to its last, record that range in ``temp.shard_rows``.
-
-        Checked row by row, not assumed: a rowid is unique, so when as many rows as the shard
-        has sample indexes satisfy it, each rowid of the range belongs to exactly that row.
-        shardstore's prepare writes each shard's rows in order; a writer that interleaves shards
-        (Energon's parallel one may) fails the check, and ``part`` then keeps to ``_PART_SQL``.
-        """
-        conn = self._conn()
-        (last_index,) = conn.execute(
-            "SELECT max(sample_index) FROM samples WHERE tar_file_id=?", (tar_file_id,)
-        ).fetchone()
-        (in_order,) = conn.execute(
-            "SELECT count(*) FROM samples WHERE tar_file_id=? AND rowid-sample_index=?", (tar_file_id, first)
-        ).fetchone()
-        if in_order == last_index + 1:
-            conn.execute("INSERT INTO temp.shard_rows VALUES (?, ?, ?)", (first + last_index, first, tar_file_id))
-        else:
-            self._rowid_order = False
+            cur = self._local.parts = self._conn().cursor()
+        return cur.execute(_PART_SQL, (key, part)).fetchone()  # type: ignore[no-any-return]
 
     def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
         """(part name, data offset, size) of every member of a sample, in tar order."""
