@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,7 +34,3 @@ def prepared(make_shards: Callable[..., Path]) -> Path:
     path = make_shards(shards=4, samples=25)
     shardstore.prepare(str(path), split_ratio="8,1,1", num_workers=1)
     return path
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

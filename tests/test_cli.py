@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 import pytest
+from ci import in_ci
 from click.testing import CliRunner, Result
 from tar_headers import set_header_field
 
@@ -25,10 +26,6 @@ import shardstore
 from shardstore import inspection
 from shardstore.cli import main
 from shardstore.storage import LocalStorage
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARD0 = "parts/data-000000.tar"

@@ -16,6 +16,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from ci import in_ci
 
 import nv_meta_schema
 import shardstore
@@ -25,10 +26,6 @@ MakeShards = Callable[..., Path]
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 ENERGON6 = Path(os.environ.get("SHARDSTORE_ENERGON6_VENV", ROOT / ".venv-energon6")) / "bin" / "energon"
-
-
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture
@@ -147,7 +144,7 @@ def test_sample_loader_form_is_valid(ds: Path) -> None:
 def test_energon7_prepared_dataset_is_valid(make_shards: MakeShards) -> None:
     energon = BIN / "energon"
     if not energon.exists():
-        if _in_ci():
+        if in_ci():
             pytest.fail("megatron-energon's CLI is missing; CI must run the compat tests")
         pytest.skip("megatron-energon is not installed (extra `compat`)")
     path = make_shards(shards=3, samples=3, min_kb=0, max_kb=1)
@@ -166,7 +163,7 @@ def test_energon7_prepared_dataset_is_valid(make_shards: MakeShards) -> None:
 @pytest.mark.compat
 def test_energon6_prepared_dataset_is_valid(make_shards: MakeShards) -> None:
     if not ENERGON6.exists():
-        if _in_ci():
+        if in_ci():
             pytest.fail(f"{ENERGON6} is missing (make energon6); CI must run the compat tests")
         pytest.skip(f"{ENERGON6} is missing (run `make energon6`)")
     path = make_shards(shards=3, samples=3, min_kb=0, max_kb=1)

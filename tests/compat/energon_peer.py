@@ -6,15 +6,15 @@ missing peer is an error rather than a quiet skip.
 
 from __future__ import annotations
 
-import os
 from typing import NoReturn
 
 import pytest
+from ci import in_ci
 
 
 def missing_peer(error: BaseException) -> NoReturn:
     """Call where importing megatron-energon failed: skips the module, or raises in CI."""
     why = f"megatron-energon is not importable ({error!r}); install the `compat` extra"
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+    if in_ci():
         raise RuntimeError(why + " (CI must run the compat tests)") from error
     pytest.skip(why, allow_module_level=True)

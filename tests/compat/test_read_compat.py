@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ci import in_ci
 
 import shardstore
 from shardstore.errors import SampleNotFoundError, StaleIndexError
@@ -35,15 +36,11 @@ ENERGON7 = Path(sys.executable).parent / "energon"
 ENERGON6 = Path(os.environ.get("SHARDSTORE_ENERGON6_VENV", ROOT / ".venv-energon6")) / "bin" / "energon"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def _need(tool: Path, how: str) -> None:
     if tool.exists():
         return
     why = f"{tool} is missing ({how})"
-    if _in_ci():
+    if in_ci():
         pytest.fail(why + "; CI must run the read-compatibility tests")
     pytest.skip(why)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mount_helpers import MountData, build_dataset, fuse_problem, in_ci
+from ci import in_ci
+from mount_helpers import MountData, build_dataset, fuse_problem
 
 import shardstore
 from shardstore.mount import MountHandle

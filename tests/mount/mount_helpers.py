@@ -22,10 +22,6 @@ from shardstore.keys import split_name
 MTIME0 = 1_600_000_000
 
 
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 def fuse_problem() -> str | None:
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse does not exist (no FUSE in this kernel or container)"
