@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,3 +35,23 @@ def prepared(make_shards: Callable[..., Path]) -> Path:
     path = make_shards(shards=4, samples=25)
     shardstore.prepare(str(path), split_ratio="8,1,1", num_workers=1)
     return path
+
+
+@pytest.fixture
+def record_preads(monkeypatch: pytest.MonkeyPatch) -> Callable[[], list[tuple[int, int]]]:
+    """``record_preads() -> reads``: from that call until the test ends, ``reads`` gets the
+    (size, offset) of every ``os.pread``, whoever issues it. Called after a test's warm-up reads,
+    so a test counts only the reads it means to."""
+
+    def start() -> list[tuple[int, int]]:
+        reads: list[tuple[int, int]] = []
+        real = os.pread
+
+        def spy(fd: int, size: int, offset: int) -> bytes:
+            reads.append((size, offset))
+            return real(fd, size, offset)
+
+        monkeypatch.setattr(os, "pread", spy)
+        return reads
+
+    return start

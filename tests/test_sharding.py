@@ -206,17 +206,12 @@ def test_iter_checks_arguments_before_reading(ds_path: Path) -> None:
         ds.iter(worker_id=0, num_workers=0)
 
 
-def test_unshuffled_iteration_reads_runs_not_samples(ds_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unshuffled_iteration_reads_runs_not_samples(
+    ds_path: Path, record_preads: Callable[[], list[tuple[int, int]]]
+) -> None:
     ds = shardstore.open(str(ds_path))
     ds[0], ds[20], ds[40]  # the first read of each shard also checks it: not counted below
-    reads: list[tuple[int, int]] = []  # (size, offset) of every pread, whoever issues it
-    real = os.pread
-
-    def spy(fd: int, size: int, offset: int) -> bytes:
-        reads.append((size, offset))
-        return real(fd, size, offset)
-
-    monkeypatch.setattr(os, "pread", spy)
+    reads = record_preads()
     got = _keys(ds.iter())
     assert len(got) == len(ds) - 2
     # 49 samples in 3 shards, runs of up to 64: one read per run of consecutive samples of a
