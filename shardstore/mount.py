@@ -64,14 +64,8 @@ def _metadataset_tree(url: str, layout: str, storage_options: dict[str, Any] | N
         from . import metadataset
     except ImportError:
         raise ConfigError("mounting a metadataset YAML needs shardstore.metadataset, missing here", path=url) from None
-    paths: list[str] = []
-    for split in metadataset._load_file(url, storage_options).splits:
-        for spec in metadataset._flatten(url, split, storage_options)[2]:
-            for path in [spec.path, *(j[1] for j in spec.join or ())]:
-                if path not in paths:
-                    paths.append(path)
     trees: dict[str, Tree] = {}
-    for path in paths:
+    for path in metadataset.dataset_paths(url, storage_options):
         name = re.sub(r"[/\x00]", "_", path.rstrip("/").rsplit("/", 1)[-1]) or "dataset"
         trees[_unique(name, trees)] = Tree(Dataset(path, None, storage_options=storage_options), layout)
     if not trees:

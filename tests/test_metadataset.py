@@ -23,6 +23,7 @@ from shardstore.metadataset import (
     BLEND,
     BLEND_EPOCHIZED,
     MetaSample,
+    dataset_paths,
     interleave,
     metadataset_check,
     metadataset_info,
@@ -337,6 +338,24 @@ def test_join_inside_a_blend_with_subset(join_data: Path) -> None:
     joined = [s for s in md.iter(repeat=False) if s["__source__"].startswith("join(")]
     assert [s["__key__"] for s in joined] == ["k000", "k001", "k002", "k004"]
     assert all(s["__subflavors__"] == {"kind": "joined"} for s in joined)
+
+
+def test_dataset_paths_lists_each_dataset_once(join_data: Path) -> None:
+    """Every split, joined datasets included, each dataset once in the order first named."""
+    path = join_data / "paths.yaml"
+    path.write_text(V2 + textwrap.dedent("""
+        splits:
+          train:
+            blend:
+              - {weight: 1, path: extra}
+              - weight: 1
+                join: {main: {path: main}, extra: {path: extra, nonmatch: skip}}
+                joiner: {__module__: x, __class__: Y}
+          val: {path: main}
+        """))
+    assert dataset_paths(str(path)) == [str(join_data / "extra"), str(join_data / "main")]
+    with pytest.raises(ConfigError):
+        dataset_paths(_join_yaml(join_data, "maybe"))
 
 
 # ----- bad input --------------------------------------------------------------------------------------

@@ -24,9 +24,9 @@ joins, aux stores, ``MetaSample``), ``blend`` (the seeded draws, ``Metadataset``
 from __future__ import annotations
 
 from .blend import Interleaved, Metadataset, interleave, open_metadataset
-from .config import BLEND, BLEND_EPOCHIZED, SINGLE, Subset, load_file
+from .config import BLEND, BLEND_EPOCHIZED, SINGLE, Subset
 from .report import MetaCheckReport, metadataset_check, metadataset_info
-from .resolve import SourceSpec, flatten
+from .resolve import SourceSpec, dataset_paths
 from .sources import AuxStores, MetaSample, Source
 
 __all__ = [
@@ -42,11 +42,8 @@ __all__ = [
     "metadataset_info",
     "metadataset_check",
     "MetaCheckReport",
+    "dataset_paths",
     "BLEND",
     "BLEND_EPOCHIZED",
     "SINGLE",
 ]
-
-# The names these had when the package was one module; ``shardstore.mount`` lists a YAML's datasets with them.
-_load_file = load_file
-_flatten = flatten

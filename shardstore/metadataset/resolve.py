@@ -3,7 +3,8 @@
 Nested metadataset YAMLs are loaded on the way (a cycle is refused), subflavors merged (outer levels
 win), subset ranges composed, blend weights normalised and repetitions multiplied. Nothing is opened
 here beyond the probe that tells a prepared dataset from a nested YAML, so ``metadataset_info`` and
-``metadataset_check`` can report on a split whose datasets do not open.
+``metadataset_check`` can report on a split whose datasets do not open. ``dataset_paths`` lists the
+datasets of every split (a mounted metadataset shows one folder each).
 """
 
 from __future__ import annotations
@@ -163,3 +164,19 @@ def flatten(url: str, split: str, storage_options: dict[str, Any] | None) -> tup
         seen[name] = seen.get(name, 0) + 1
         out.append(replace(spec, name=name if seen[name] == 1 else f"{name}#{seen[name]}"))
     return mf, mode, out
+
+
+def dataset_paths(url: str, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """Every prepared dataset the metadataset YAML at ``url`` reads, in any split, joined ones
+    included: each path once, in the order the YAML first names it (what a mount shows).
+
+    Raises ``ConfigError`` naming the file and key, as ``flatten`` does, for a YAML it does not
+    accept or a dataset that is not prepared.
+    """
+    paths: list[str] = []
+    for split in load_file(url, storage_options).splits:
+        for spec in flatten(url, split, storage_options)[2]:
+            for path in [spec.path, *(j[1] for j in spec.join or ())]:
+                if path not in paths:
+                    paths.append(path)
+    return paths
