@@ -21,8 +21,9 @@ file, in listings and lookups alike.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from . import nvmeta
 from .dataset import Dataset
@@ -37,6 +38,7 @@ BY_SPLIT = ".by-split"
 #: Samples per listing query.
 PAGE = 512
 _SPECIAL = frozenset({BY_SHARD, BY_SPLIT})
+_Extra = TypeVar("_Extra")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,34 @@ def _valid(name: str) -> bool:
 
 def not_found(path: str) -> SampleNotFoundError:
     return SampleNotFoundError("no such file or folder in the mount", member=path)
+
+
+def _folder_rows(
+    page: Callable[..., Sequence[tuple[str, int, _Extra]]], prefix: str, tar_ids: tuple[int, ...] | None
+) -> Iterator[tuple[str, int, _Extra, int]]:
+    """The index rows of the keys under ``prefix`` in key order, a page (``key_page`` or
+    ``part_page``) at a time, as ``(key, tar_file_id, extra, slash)``: ``slash`` is -1 for a key
+    directly in the folder, else where the subfolder's name ends in ``key``. Only the first key of
+    each subfolder comes; the rest of its key range is skipped with the next query."""
+    n, hi = len(prefix), (_succ(prefix) if prefix else None)
+    lo, after = prefix, False
+    while True:
+        rows = page(lo, hi, after=after, tar_ids=tar_ids, limit=PAGE)
+        skip: str | None = None
+        for key, tar_file_id, extra in rows:
+            if skip is not None and key.startswith(skip):
+                continue
+            slash = key.find("/", n)
+            if slash >= 0:
+                skip = key[: slash + 1]
+            yield key, tar_file_id, extra, slash
+        if len(rows) < PAGE:
+            return
+        last = rows[-1][0]
+        if skip is not None and last.startswith(skip):
+            lo, after = _succ(skip), False
+        else:
+            lo, after = last, True
 
 
 class Tree:
@@ -246,33 +276,18 @@ class Tree:
 
     def _list_flat(self, view: _View, prefix: str, hide: frozenset[str]) -> Iterator[tuple[str, bool]]:
         """Files ``<key>.<part>`` and subfolders under ``prefix``, a page of samples at a time."""
-        n, hi = len(prefix), (_succ(prefix) if prefix else None)
-        lo, after = prefix, False
-        while True:
-            rows = self.index.part_page(lo, hi, after=after, tar_ids=view.ids, limit=PAGE)
-            skip: str | None = None
-            for key, tar_file_id, parts in rows:
-                if skip is not None and key.startswith(skip):
-                    continue
-                slash = key.find("/", n)
-                if slash >= 0:
-                    skip = key[: slash + 1]
-                    if self._folder_ok(view, prefix, key[n:slash], hide):
-                        yield (key[n:slash], True)
-                    continue
-                if parts is None or (view.excluded and self._excluded(view, tar_file_id, key)):
-                    continue
-                rest = key[n:]
-                for suffix in self._part_suffixes(parts):
-                    if rest or _valid(suffix):
-                        yield (rest + suffix, False)
-            if len(rows) < PAGE:
-                return
-            last = rows[-1][0]
-            if skip is not None and last.startswith(skip):
-                lo, after = _succ(skip), False
-            else:
-                lo, after = last, True
+        n = len(prefix)
+        for key, tar_file_id, parts, slash in _folder_rows(self.index.part_page, prefix, view.ids):
+            if slash >= 0:
+                if self._folder_ok(view, prefix, key[n:slash], hide):
+                    yield (key[n:slash], True)
+                continue
+            if parts is None or (view.excluded and self._excluded(view, tar_file_id, key)):
+                continue
+            rest = key[n:]
+            for suffix in self._part_suffixes(parts):
+                if rest or _valid(suffix):
+                    yield (rest + suffix, False)
 
     def _list_shard(self, view: _View, flat: bool) -> Iterator[tuple[str, bool]]:
         """A shard's root in tar order (as the shard would extract); each subfolder listed once."""
@@ -319,36 +334,21 @@ class Tree:
             yield from self._list_shard(view, flat=False)
             return
         prefix = rel + "/" if rel else ""
-        n, hi = len(prefix), (_succ(prefix) if prefix else None)
-        lo, after = prefix, False
+        n = len(prefix)
         leaves: set[str] = set()  # sample folders listed, which a later key "<name>/..." would repeat
-        while True:
-            rows = self.index.key_page(lo, hi, after=after, tar_ids=view.ids, limit=PAGE)
-            skip: str | None = None
-            for key, tar_file_id, _ in rows:
-                if skip is not None and key.startswith(skip):
-                    continue
-                slash = key.find("/", n)
-                if slash >= 0:
-                    skip = key[: slash + 1]
-                    name = key[n:slash]
-                    if name not in leaves and name not in parts and self._folder_ok(view, prefix, name, hide):
-                        yield (name, True)
-                    continue
-                name = key[n:]
-                if name in parts or not _valid(name) or (view.excluded and self._excluded(view, tar_file_id, key)):
-                    continue
-                leaves.add(name)
-                if len(leaves) > 4096:  # keys past "<name>0" can no longer repeat <name>
-                    leaves = {x for x in leaves if x + "0" > name}
-                yield (name, True)
-            if len(rows) < PAGE:
-                return
-            last = rows[-1][0]
-            if skip is not None and last.startswith(skip):
-                lo, after = _succ(skip), False
-            else:
-                lo, after = last, True
+        for key, tar_file_id, _, slash in _folder_rows(self.index.key_page, prefix, view.ids):
+            if slash >= 0:
+                name = key[n:slash]
+                if name not in leaves and name not in parts and self._folder_ok(view, prefix, name, hide):
+                    yield (name, True)
+                continue
+            name = key[n:]
+            if name in parts or not _valid(name) or (view.excluded and self._excluded(view, tar_file_id, key)):
+                continue
+            leaves.add(name)
+            if len(leaves) > 4096:  # keys past "<name>0" can no longer repeat <name>
+                leaves = {x for x in leaves if x + "0" > name}
+            yield (name, True)
 
 
 class MultiTree:
