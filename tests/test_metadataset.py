@@ -343,16 +343,8 @@ def test_join_inside_a_blend_with_subset(join_data: Path) -> None:
 def test_dataset_paths_lists_each_dataset_once(join_data: Path) -> None:
     """Every split, joined datasets included, each dataset once in the order first named."""
     path = join_data / "paths.yaml"
-    path.write_text(V2 + textwrap.dedent("""
-        splits:
-          train:
-            blend:
-              - {weight: 1, path: extra}
-              - weight: 1
-                join: {main: {path: main}, extra: {path: extra, nonmatch: skip}}
-                joiner: {__module__: x, __class__: Y}
-          val: {path: main}
-        """))
+    join = "{join: [{path: extra}, {path: main}], joiner: {__module__: x, __class__: Y}}"
+    path.write_text(V2 + f"splits:\n  train: {{path: extra}}\n  val: {join}\n")  # main: only joined, in val
     assert dataset_paths(str(path)) == [str(join_data / "extra"), str(join_data / "main")]
     with pytest.raises(ConfigError):
         dataset_paths(_join_yaml(join_data, "maybe"))
