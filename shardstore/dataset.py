@@ -163,6 +163,12 @@ class Dataset:
             self._prepared = self._prepared_sizes()
         return self._prepared
 
+    @property
+    def prepared_shard_sizes(self) -> dict[str, int]:
+        """Shard name -> its size in bytes at prepare (``shardstore.json``); empty for a dataset
+        Energon prepared."""
+        return {name: int(v["size"]) for name, v in self._sizes.items() if "size" in v}
+
     def _prepared_sizes(self) -> dict[str, dict[str, Any]]:
         """``shardstore.json``'s shard sizes (and ETags) at prepare; empty for a dataset prepared
         by Energon. Raises ``IndexVersionError`` for a newer format."""
@@ -248,8 +254,11 @@ class Dataset:
             self._offsets[shard.tar_file_id] = arr
         return arr
 
-    def _check_shard(self, shard: ShardRef) -> None:
-        """Once per shard and process: the shard still has the size (ETag) it had at prepare."""
+    def check_shard(self, shard: ShardRef) -> None:
+        """Raise ``StaleIndexError`` unless ``shard`` still has the size (and ETag) it had at prepare.
+
+        Checked once per shard and process; later calls return at once, so call it before any read
+        that bypasses this class (a mount's direct reads)."""
         if shard.tar_file_id in self._checked:
             return
         stat = self.storage.stat(shard.name)
@@ -323,7 +332,7 @@ class Dataset:
     def _read(self, refs: Sequence[SampleRef]) -> list[Any]:
         for ref in refs:
             if ref.shard.tar_file_id not in self._checked:
-                self._check_shard(ref.shard)
+                self.check_shard(ref.shard)
         if len(refs) == 1:
             ref = refs[0]
             datas = [self.storage.read_range(ref.shard.name, ref.range)]
@@ -335,7 +344,7 @@ class Dataset:
         """One sample from its byte range: the hot path of ``ds[i]`` and ``get``, which builds no
         ``SampleRef``/``ByteRange`` on the way."""
         if shard.tar_file_id not in self._checked:
-            self._check_shard(shard)
+            self.check_shard(shard)
         return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size))
 
     def _build(
@@ -394,7 +403,7 @@ class Dataset:
             offs = self._shard_offsets(shard)
         start = offs.item(j)
         if shard.tar_file_id not in self._checked:
-            self._check_shard(shard)
+            self.check_shard(shard)
         return self._build(shard, position, start, self.storage.read_at(shard.name, start, offs.item(j + 1) - start))
 
     def __iter__(self) -> Iterator[Any]:
@@ -416,7 +425,7 @@ class Dataset:
             if offs is None:
                 offs = self._shard_offsets(shard)
             if shard.tar_file_id not in self._checked:
-                self._check_shard(shard)
+                self.check_shard(shard)
             base = offs.item(j)
             last = min(shard.count, j + stop - pos, j + run)
             fits = int(np.searchsorted(offs, base + max_bytes, side="right")) - 1  # offs[fits] <= base + max_bytes
@@ -497,7 +506,7 @@ class Dataset:
         if tar_file_id not in self._checked:
             k = self._by_id.get(tar_file_id)
             if k is not None:
-                self._check_shard(self.shards[k])
+                self.check_shard(self.shards[k])
         return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:

@@ -139,7 +139,7 @@ class IndexedTarStore(FileStore):
         if shard not in self._verified:
             ds = self.dataset
             # split=None: the dataset's shards are .info.json's, so tar_file_id is the list position
-            ds._check_shard(ds.shards[self._ids[shard]])
+            ds.check_shard(ds.shards[self._ids[shard]])
             self._verified.add(shard)
 
     def _legacy(self, name: str) -> bytes | None:

@@ -309,7 +309,7 @@ class ShardFS:
         cache rather than mapping the whole file. A mapping per worker thread would make the
         mount's resident size grow towards (threads x index size) as listings touch the index."""
         for tree in self.tree.all_trees():
-            tree.index._conn().execute("PRAGMA mmap_size=0")
+            tree.index.disable_mmap()
 
     # ----- attributes ------------------------------------------------------------------------------
     def _shard_mtime(self, tree: Tree, shard: int) -> int:
@@ -430,9 +430,8 @@ class ShardFS:
     def _check_shard(tree: Tree, tar_file_id: int) -> None:
         """Once per shard: it has the size (and ETag) it had at prepare, else StaleIndexError."""
         ds = tree.dataset
-        if tar_file_id not in ds._checked:
-            shard = tree.shard_names[tar_file_id]
-            ds._check_shard(ShardRef(shard, tar_file_id, ds.info.shard_counts[shard]))
+        shard = tree.shard_names[tar_file_id]
+        ds.check_shard(ShardRef(shard, tar_file_id, ds.info.shard_counts[shard]))
 
     def _shard_fd(self, tree: Tree, tar_file_id: int) -> int:
         key = (id(tree), tar_file_id)
@@ -493,8 +492,7 @@ class ShardFS:
     def statfs(self, path: str) -> dict[str, int]:
         total = files = 0
         for tree in self.tree.all_trees():
-            sizes = getattr(tree.dataset, "_sizes", {})  # shard sizes recorded at prepare
-            total += sum(int(v.get("size", 0)) for v in sizes.values())
+            total += sum(tree.dataset.prepared_shard_sizes.values())
             files += sum(tree.dataset.info.shard_counts.values())
         return {
             "f_bsize": 4096, "f_frsize": 4096, "f_blocks": total // 4096, "f_bfree": 0, "f_bavail": 0,

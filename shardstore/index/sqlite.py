@@ -301,6 +301,12 @@ class IndexReader:
             self._local.conn = conn
         return conn
 
+    def disable_mmap(self) -> None:
+        """This thread's connection reads through SQLite's bounded page cache instead of mapping
+        the whole file: for long-lived worker threads (a FUSE mount's), where a mapping per thread
+        would grow resident memory towards threads x index size."""
+        self._conn().execute("PRAGMA mmap_size=0")
+
     def _cursor(self) -> sqlite3.Cursor:
         """This thread's cursor for the one-row lookups on the random-access paths (``locate``,
         ``part``): reusing it saves making one per query, and the connection keeps their
