@@ -3,14 +3,13 @@
 ``check`` never stops at the first problem: it collects them (a few per shard at most) so one run
 tells the whole story. Its ``deep`` mode walks every shard's headers once (memory-mapped locally,
 large sequential reads remotely) and compares each member with its index row; contents are not
-read. The helpers that tell whether a shard changed since prepare (``prepared_stats``,
-``shard_changed``) and the streamed index rows (``IndexRows``) live here too: ``cat`` and ``ls`` in
-``inspection`` use them.
+read. Whether a shard changed since prepare is decided by ``nvmeta.shard_changed`` (the rule
+``Dataset`` reads by too). The streamed index rows (``IndexRows``) live here: ``ls`` in
+``inspection`` uses them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import tempfile
@@ -25,13 +24,11 @@ import numpy as np
 import yaml
 
 from . import nvmeta
-from .dataset import SHARDSTORE_FORMAT
-from .errors import ConfigError, IndexVersionError, ShardstoreError, StorageError, place_message
+from .errors import ConfigError, ShardstoreError, StorageError, place_message
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .keys import group_batches, member_name
-from .prepare import SHARDSTORE_JSON
-from .storage import FileStat, Storage, open_storage
+from .storage import Storage, open_storage
 from .tarscan import scan_storage_batches
 
 __all__ = ["Problem", "CheckReport", "check"]
@@ -46,41 +43,6 @@ def refuse_metadataset(url: str) -> None:
         raise ConfigError(
             "this is a metadataset YAML; info, check, ls and cat take a prepared dataset folder", path=str(url)
         )
-
-
-# ----- what prepare recorded ---------------------------------------------------------------------
-def prepared_stats(storage: Storage) -> dict[str, dict[str, Any]] | None:
-    """Shard sizes (and mtimes/ETags) recorded by shardstore's prepare, or None (e.g. Energon-prepared)."""
-    rel = f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"
-    if not storage.exists(rel):
-        return None
-    try:
-        raw = json.loads(storage.read(rel))
-        version, shards = int(raw.get("format", 1)), dict(raw["shards"])
-        stats = {str(k): dict(v) for k, v in shards.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
-    if version > SHARDSTORE_FORMAT:
-        raise IndexVersionError(
-            f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT})",
-            path=storage.url(rel),
-        )
-    return stats
-
-
-def shard_changed(stat: FileStat, then: dict[str, Any] | None, end: int) -> str | None:
-    """Why a shard no longer matches its index (None if it does).
-
-    With ``shardstore.json`` the size (and ETag, if both sides have one) must be what prepare saw;
-    without it the shard must at least reach the end offset of its ``.tar.idx``.
-    """
-    if then is not None and "size" in then and stat.size != then["size"]:
-        return f"shard is {stat.size} bytes, was {then['size']} at prepare: rerun `shardstore prepare --force-overwrite`"
-    if then is not None and stat.etag and then.get("etag") and stat.etag != then["etag"]:
-        return f"shard's ETag is {stat.etag}, was {then['etag']} at prepare: rerun `shardstore prepare --force-overwrite`"
-    if stat.size < end:
-        return f"shard is {stat.size} bytes but its index reaches offset {end}: truncated since prepare?"
-    return None
 
 
 # ----- a shard's index rows, streamed ----------------------------------------------------------
@@ -211,7 +173,7 @@ class _Problems:
 #: ``.nv-meta`` files a remote check downloads to validate (plus the modules ``dataset.yaml`` names).
 _META_FILES = (
     nvmeta.INFO_JSON, nvmeta.INFO_YAML, nvmeta.SPLIT_YAML, "split.json", nvmeta.DATASET_YAML,
-    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON,
+    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON,
 )
 
 
@@ -389,7 +351,7 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
         for p in _schema_problems(storage, root, set(meta_info.shard_counts) if meta_info else set()):
             problems.add(p)
         try:
-            stats = prepared_stats(storage)
+            stats = nvmeta.read_shardstore_json(storage)  # check reports an invalid file; reads ignore it
         except ShardstoreError as e:
             problems.add(Problem.from_error("schema", e, storage.url(nvmeta.META_DIR)))
             stats = None
@@ -444,7 +406,7 @@ def _check_shard(
     try:
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
-        why = shard_changed(stat, stats.get(shard) if stats is not None else None, end)
+        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end)
         if why is not None:
             problems.add(Problem("shard", storage.url(shard), why))
             shard_ok = False

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import errno
-import json
 import os
 import tempfile
 import threading
@@ -23,8 +22,8 @@ import numpy as np
 
 from . import nvmeta
 from .errors import (
+    ConfigError,
     DatasetNotPreparedError,
-    IndexVersionError,
     SampleNotFoundError,
     StaleIndexError,
     StorageError,
@@ -37,10 +36,6 @@ from .storage import ByteRange, Storage, open_storage
 from .tarscan import plain_members, regular_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
-
-SHARDSTORE_JSON = "shardstore.json"
-#: The newest ``shardstore.json`` format this version reads.
-SHARDSTORE_FORMAT = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +155,7 @@ class Dataset:
         """Shard -> its ``size`` (and ``etag``) at prepare, from ``shardstore.json``, read when
         first needed (the first shard check): opening a dataset does not wait for it."""
         if self._prepared is None:
-            self._prepared = self._prepared_sizes()
+            self._prepared = self._recorded_stats()
         return self._prepared
 
     @property
@@ -169,24 +164,17 @@ class Dataset:
         Energon prepared."""
         return {name: int(v["size"]) for name, v in self._sizes.items() if "size" in v}
 
-    def _prepared_sizes(self) -> dict[str, dict[str, Any]]:
-        """``shardstore.json``'s shard sizes (and ETags) at prepare; empty for a dataset prepared
-        by Energon. Raises ``IndexVersionError`` for a newer format."""
-        data = nvmeta.read_if_exists(self.storage, f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}")
-        if data is None:
-            return {}
+    def _recorded_stats(self) -> dict[str, dict[str, Any]]:
+        """``shardstore.json``'s shard stats at prepare; empty for a dataset prepared by Energon.
+        Raises ``IndexVersionError`` for a newer format.
+
+        An invalid file is read as no file: reads then keep the check a dataset Energon prepared
+        gets (each shard reaches the end of its ``.tar.idx``) instead of failing, and
+        ``shardstore check`` is what reports the damaged file."""
         try:
-            raw = json.loads(data)
-            version, shards = int(raw.get("format", 1)), dict(raw["shards"])
-        except (ValueError, KeyError, TypeError, AttributeError):
+            return nvmeta.read_shardstore_json(self.storage) or {}
+        except ConfigError:  # not IndexVersionError: a newer format is not read as no file
             return {}
-        if version > SHARDSTORE_FORMAT:
-            raise IndexVersionError(
-                f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "
-                "upgrade shardstore or rerun prepare",
-                path=self.storage.url(f"{nvmeta.META_DIR}/{SHARDSTORE_JSON}"),
-            )
-        return shards
 
     @property
     def uuid(self) -> str:
@@ -262,17 +250,9 @@ class Dataset:
         if shard.tar_file_id in self._checked:
             return
         stat = self.storage.stat(shard.name)
-        then = self._sizes.get(shard.name, {})
-        end = int(self._shard_offsets(shard)[-1])
-        changed = stat.size != then.get("size", stat.size) or (
-            stat.etag is not None and then.get("etag") not in (None, stat.etag)
-        )
-        if changed or stat.size < end:
-            raise StaleIndexError(
-                f"shard changed since prepare (size {stat.size}, was {then.get('size', f'>= {end}')}); "
-                "rerun `shardstore prepare --force-overwrite`",
-                path=self.storage.url(shard.name),
-            )
+        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]))
+        if why is not None:
+            raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
         self._checked.add(shard.tar_file_id)
 
     # ----- positions ------------------------------------------------------------------------

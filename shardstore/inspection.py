@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, BinaryIO
 
 from . import nvmeta
-from .checks import CheckReport, IndexRows, Problem, check, prepared_stats, refuse_metadataset, shard_changed
+from .checks import CheckReport, IndexRows, Problem, check, refuse_metadataset
 from .dataset import Dataset
 from .dataset import open as open_dataset
 from .decode import describe_sample
@@ -160,7 +160,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     """
     ds = _open(url, None, storage_options)
     storage = ds.storage
-    stats = prepared_stats(storage)
+    stats = nvmeta.read_shardstore_json(storage)
     counts = ds.info.shard_counts
     splits: dict[str, dict[str, int]] = {}
     excluded = {"shards": 0, "samples": 0}
@@ -274,8 +274,8 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
     """
     ds = _open(url, None, storage_options)
     shard, rng = _member_range(ds, name)
-    stats = prepared_stats(ds.storage)
-    why = shard_changed(ds.storage.stat(shard), stats.get(shard) if stats is not None else None, rng.end)
+    stats = nvmeta.read_shardstore_json(ds.storage)
+    why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
     if why is not None:
         raise StaleIndexError(why, path=ds.storage.url(shard))
     written = 0

@@ -1,5 +1,6 @@
 """The small files of ``.nv-meta/``: ``.info.json`` (or legacy ``.info.yaml``), ``split.yaml``,
-``dataset.yaml`` and ``index.uuid``, and what kind of dataset a path is.
+``dataset.yaml``, ``index.uuid`` and shardstore's own ``shardstore.json``, and what kind of dataset
+a path is.
 
 Formats follow Energon 7 byte for byte where Energon writes them (``json.dump(indent=2)`` with no
 trailing newline; ``yaml.dump(sort_keys=False)``); split lists are stored brace-collapsed and
@@ -14,15 +15,15 @@ import functools
 import json
 import re
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import braceexpand
 import yaml
 
-from .errors import ConfigError, DatasetNotPreparedError, StorageError
-from .storage import Storage, is_remote_url, open_storage
+from .errors import ConfigError, DatasetNotPreparedError, IndexVersionError, StorageError
+from .storage import FileStat, Storage, is_remote_url, open_storage
 
 __all__ = [
     "META_DIR",
@@ -32,6 +33,8 @@ __all__ = [
     "DATASET_YAML",
     "INDEX_SQLITE",
     "INDEX_UUID",
+    "SHARDSTORE_JSON",
+    "SHARDSTORE_FORMAT",
     "ENERGON_COMPAT_VERSION",
     "DatasetInfo",
     "Splits",
@@ -47,6 +50,9 @@ __all__ = [
     "splits_bytes",
     "read_dataset_yaml",
     "dataset_yaml_bytes",
+    "read_shardstore_json",
+    "shardstore_json_bytes",
+    "shard_changed",
     "sample_loader_template",
     "SAMPLE_LOADER_PY",
     "new_uuid",
@@ -62,6 +68,10 @@ SPLIT_YAML = "split.yaml"
 DATASET_YAML = "dataset.yaml"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
+#: shardstore's own metadata beside Energon's: each shard's size and mtime or ETag at prepare.
+SHARDSTORE_JSON = "shardstore.json"
+#: The ``shardstore.json`` format this version writes, and the newest it reads.
+SHARDSTORE_FORMAT = 1
 #: The module a ``dataset.yaml`` without a field map points at (``sample_loader``, ``part_filter``).
 SAMPLE_LOADER_PY = "sample_loader.py"
 #: The Energon release whose format shardstore writes; recorded in ``.info.json``.
@@ -297,6 +307,60 @@ def dataset_yaml_bytes(sample_type: str, field_map: dict[str, str] | None) -> by
             definition["sample_loader"] = f"{SAMPLE_LOADER_PY}:sample_loader"
             definition["part_filter"] = f"{SAMPLE_LOADER_PY}:part_filter"
     return yaml.dump(definition, sort_keys=False).encode()
+
+
+def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
+    """Shard name -> what shardstore's prepare recorded of it (``size``, and ``mtime`` or ``etag``),
+    or None when there is no ``shardstore.json`` (a dataset Energon prepared). One request.
+
+    Raises ``ConfigError`` for a file that is not a ``{"format": n, "shards": {...}}`` mapping and
+    ``IndexVersionError`` for a format newer than :data:`SHARDSTORE_FORMAT`.
+    """
+    rel = f"{META_DIR}/{SHARDSTORE_JSON}"
+    data = read_if_exists(storage, rel)
+    if data is None:
+        return None
+    try:
+        raw = json.loads(data)
+        version, shards = int(raw.get("format", 1)), dict(raw["shards"])
+        recorded = {str(k): dict(v) for k, v in shards.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
+    if version > SHARDSTORE_FORMAT:
+        raise IndexVersionError(
+            f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "
+            "upgrade shardstore or rerun prepare",
+            path=storage.url(rel),
+        )
+    return recorded
+
+
+def shardstore_json_bytes(stats: Mapping[str, FileStat]) -> bytes:
+    """``shardstore.json`` for the shards' stats at prepare, in :data:`SHARDSTORE_FORMAT`; fields a
+    backend does not give (``mtime`` remotely, ``etag`` locally) are left out."""
+    shards = {name: {k: v for k, v in asdict(stat).items() if v is not None} for name, stat in stats.items()}
+    return json.dumps({"format": SHARDSTORE_FORMAT, "shards": shards}, indent=1).encode()
+
+
+_REPREPARE = "rerun `shardstore prepare --force-overwrite`"
+
+
+def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int) -> str | None:
+    """Why a shard no longer matches its index, or None when it still does.
+
+    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, and its
+    ETag when both it and ``stat`` have one, must be what prepare saw (mtimes are recorded, not
+    compared). Either way the shard must reach ``idx_end``, the last offset of its ``.tar.idx``:
+    that is the only check left for a dataset Energon prepared. The reason names both values and
+    what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this one rule.
+    """
+    if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
+        return f"shard is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
+    if recorded is not None and stat.etag and recorded.get("etag") and stat.etag != recorded["etag"]:
+        return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
+    if stat.size < idx_end:
+        return f"shard is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
+    return None
 
 
 def sample_loader_template(sample_type: str, parts: Sequence[str]) -> bytes:

@@ -48,15 +48,12 @@ __all__ = [
     "parse_split_ratio",
     "parse_split_parts",
     "scan_shard",
-    "SHARDSTORE_JSON",
 ]
 
-#: shardstore's own metadata beside Energon's: shard sizes and versions at prepare time.
-SHARDSTORE_JSON = "shardstore.json"
 #: Staging subfolder for the new ``.tar.idx`` files (moved beside their shards at commit).
 _TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 #: Files of ``.nv-meta`` that prepare regenerates; any other file there is carried over.
-_GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, SHARDSTORE_JSON}
+_GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
 _F = TypeVar("_F", bound=Callable[..., Any])
 _T = TypeVar("_T")
@@ -487,7 +484,7 @@ def prepare(
     staging = _Staging(storage) if not tar_index_only else None
     writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
     counts: dict[str, int] = {}
-    stats: dict[str, dict[str, Any]] = {}
+    stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
     try:
@@ -504,7 +501,7 @@ def prepare(
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
                 storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             counts[scan.name] = scan.samples
-            stats[scan.name] = {k: v for k, v in asdict(scan.stat).items() if v is not None}
+            stats[scan.name] = scan.stat
             total_bytes += scan.stat.size
             n_parts += scan.parts
             part_names.update(scan.part_names)
@@ -527,7 +524,7 @@ def prepare(
         if storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"):  # as Energon: a legacy copy is kept in sync
             staging.write(nvmeta.INFO_YAML, nvmeta.info_yaml_bytes(info))
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
-        staging.write(SHARDSTORE_JSON, json.dumps({"format": 1, "shards": stats}, indent=1).encode())
+        staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats))
         staging.write(nvmeta.INDEX_UUID, new_uuid)
         if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:
             chosen = choose_dataset_yaml(sorted(part_names))

@@ -21,6 +21,7 @@ import yaml
 
 import shardstore
 from shardstore import nvmeta
+from shardstore.checks import check
 from shardstore.errors import (
     ConfigError,
     DatasetNotPreparedError,
@@ -295,6 +296,22 @@ def test_index_from_a_future_shardstore(root: Path) -> None:
         with pytest.raises(IndexVersionError, match="format 99") as info:
             read()
         assert "shardstore.json" in str(info.value)
+
+
+def test_invalid_shardstore_json_is_read_as_none(root: Path) -> None:
+    """Reads ignore a damaged shardstore.json (check reports it): the .tar.idx end still catches a
+    truncated shard, as for a dataset Energon prepared."""
+    (root / ".nv-meta" / "shardstore.json").write_text("{not json")
+    problems = [str(p) for p in check(str(root)).problems]
+    assert any("shardstore.json" in p and "invalid shardstore.json" in p for p in problems), problems
+    ds = shardstore.open(str(root), "train")
+    assert ds.prepared_shard_sizes == {}
+    assert ds[0]["__key__"] == "s00000_000000"
+    shard = root / "parts" / "data-000003.tar"
+    os.truncate(shard, shard.stat().st_size // 2)
+    with pytest.raises(StaleIndexError, match="index reaches offset") as info:
+        ds[3 * 6]
+    assert "data-000003.tar" in str(info.value)
 
 
 def test_index_sqlite_of_an_unknown_layout(root: Path) -> None:

@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstore import nvmeta
-from shardstore.errors import ConfigError, DatasetNotPreparedError
+from shardstore.errors import ConfigError, DatasetNotPreparedError, IndexVersionError
 from shardstore.prepare import _split_shards, parse_split_parts, parse_split_ratio
-from shardstore.storage import LocalStorage
+from shardstore.storage import FileStat, LocalStorage
 
 SETTINGS = settings(max_examples=300, deadline=None, derandomize=True, database=None)
 
@@ -194,6 +194,38 @@ def test_info_errors(tmp_path: Path) -> None:
     (tmp_path / ".nv-meta" / ".info.json").write_text('{"energon_version": "7"}')
     with pytest.raises(ConfigError, match="shard_counts"):
         nvmeta.read_info(st_)
+
+
+def test_shardstore_json_roundtrip_and_errors(tmp_path: Path) -> None:
+    st_ = _storage(tmp_path)
+    assert nvmeta.read_shardstore_json(st_) is None  # a dataset Energon prepared
+    data = nvmeta.shardstore_json_bytes({"a.tar": FileStat(10, mtime=1.5), "b.tar": FileStat(20, etag='"e"')})
+    assert json.loads(data) == {"format": 1, "shards": {"a.tar": {"size": 10, "mtime": 1.5}, "b.tar": {"size": 20, "etag": '"e"'}}}
+    meta = tmp_path / ".nv-meta" / nvmeta.SHARDSTORE_JSON
+    meta.write_bytes(data)
+    assert nvmeta.read_shardstore_json(st_) == {"a.tar": {"size": 10, "mtime": 1.5}, "b.tar": {"size": 20, "etag": '"e"'}}
+    for bad in ("{not json", "[]", '{"format": 1}', '{"shards": {"a.tar": 3}}'):
+        meta.write_text(bad)
+        with pytest.raises(ConfigError, match="invalid shardstore.json"):
+            nvmeta.read_shardstore_json(st_)
+    meta.write_text('{"format": 2, "shards": {}}')
+    with pytest.raises(IndexVersionError, match="format 2"):
+        nvmeta.read_shardstore_json(st_)
+
+
+def test_shard_changed_rules() -> None:
+    recorded = {"size": 100, "mtime": 1.0, "etag": "x"}
+    assert nvmeta.shard_changed(recorded, FileStat(100, mtime=2.0), 100) is None  # mtimes are not compared
+    assert nvmeta.shard_changed(recorded, FileStat(100, etag="x"), 90) is None
+    assert "was 100 at prepare" in (nvmeta.shard_changed(recorded, FileStat(101), 90) or "")
+    assert "ETag is y, was x" in (nvmeta.shard_changed(recorded, FileStat(100, etag="y"), 90) or "")
+    assert nvmeta.shard_changed({"size": 100}, FileStat(100, etag="y"), 90) is None  # no ETag recorded
+    for rec in (None, {}, {"etag": "x"}):  # nothing (or no size) recorded: the .tar.idx end decides
+        assert nvmeta.shard_changed(rec, FileStat(89, etag="x"), 90) == (
+            "shard is 89 bytes but its index reaches offset 90: truncated since prepare? "
+            "rerun `shardstore prepare --force-overwrite`"
+        )
+        assert nvmeta.shard_changed(rec, FileStat(90), 90) is None
 
 
 def test_split_yaml_roundtrip(tmp_path: Path) -> None:
