@@ -2,8 +2,8 @@
 
 - JSON Schemas (``*.schema.json`` beside this file) for ``dataset.yaml``, ``split.yaml`` (or
   ``split.json``) and ``.info.json`` (or the legacy ``.info.yaml``): :func:`schema`.
-- The SQL of ``index.sqlite`` per Energon version (``sql/energon-*.sql``): :func:`sql` and
-  :data:`LAYOUTS`.
+- The SQL of ``index.sqlite`` per Energon version (``sql/energon-*.sql``): :func:`tables_sql` (the
+  script a writer runs; shardstore's index writer does), :func:`sql` and :data:`LAYOUTS`.
 - :func:`validate` checks a prepared dataset folder against all of them, and that the files agree
   with each other (splits name known shards, every shard has its ``.tar.idx`` of the right size).
 
@@ -25,10 +25,9 @@ from importlib import resources
 from typing import Any
 
 import braceexpand
-import jsonschema
 import yaml
 
-__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "validate", "detect_layout"]
+__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "tables_sql", "validate", "detect_layout"]
 
 META_DIR = ".nv-meta"
 
@@ -46,12 +45,18 @@ class Problem:
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """One version of ``index.sqlite``: its SQL file, journal mode, and tables it may lack."""
+    """One version of ``index.sqlite``: the SQL file of its tables and indexes, its journal mode,
+    and the tables it may lack with the SQL file that creates them.
+
+    The SQL files hold tables and indexes only, so a writer can run one as it is: the journal
+    mode is a field here, not a PRAGMA there (a writer picks its own while it loads rows).
+    """
 
     name: str
     sql_file: str
     journal: str  # "wal" or "delete" (rollback journal)
     optional_tables: frozenset[str] = frozenset()
+    optional_sql_file: str | None = None
 
 
 #: The known layouts of ``index.sqlite``, oldest first.
@@ -59,7 +64,8 @@ LAYOUTS: dict[str, Layout] = {
     "energon-6.0": Layout("energon-6.0", "energon-6.0.sql", "wal"),
     "energon-7.0": Layout("energon-7.0", "energon-7.0.sql", "wal"),
     "energon-7.4": Layout(
-        "energon-7.4", "energon-7.4.sql", "delete", frozenset({"media_metadata", "media_filters", "sqlite_sequence"})
+        "energon-7.4", "energon-7.4.sql", "delete", frozenset({"media_metadata", "media_filters", "sqlite_sequence"}),
+        "energon-7.4-media.sql",
     ),
 }
 
@@ -75,10 +81,26 @@ def schema(name: str) -> dict[str, Any]:
     return loaded
 
 
+def _sql_file(name: str) -> str:
+    return resources.files(__package__).joinpath("sql", name).read_text(encoding="utf-8")
+
+
+@cache
+def tables_sql(layout: str) -> str:
+    """The tables and indexes of an ``index.sqlite`` layout (a key of :data:`LAYOUTS`), each
+    column commented: what a writer of that layout runs in an empty database. No PRAGMA and none
+    of the optional tables. Raises ``KeyError`` for an unknown layout."""
+    return _sql_file(LAYOUTS[layout].sql_file)
+
+
 @cache
 def sql(layout: str) -> str:
-    """The SQL script of an ``index.sqlite`` layout (a key of :data:`LAYOUTS`)."""
-    return resources.files(__package__).joinpath("sql", LAYOUTS[layout].sql_file).read_text(encoding="utf-8")
+    """The whole of an ``index.sqlite`` layout as one script: its journal mode, its tables and
+    indexes (:func:`tables_sql`), then its optional tables. Run in an empty file, it makes a
+    database of that layout with every table it may have. Raises ``KeyError`` for an unknown layout."""
+    spec = LAYOUTS[layout]
+    script = f"PRAGMA journal_mode = {'WAL' if spec.journal == 'wal' else 'DELETE'};\n" + tables_sql(layout)
+    return script + (_sql_file(spec.optional_sql_file) if spec.optional_sql_file else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,6 +252,10 @@ def _load(root: str, rel: str) -> tuple[Any, list[Problem]]:
 
 
 def _schema_problems(rel: str, doc: Any, name: str) -> list[Problem]:
+    # Imported here: shardstore's prepare imports this package for tables_sql, and jsonschema
+    # costs about 40 ms to import, a noticeable part of a small prepare.
+    import jsonschema
+
     if not isinstance(doc, dict):  # every file is a mapping; the branches below would only add noise
         return [Problem(rel, f"top level: must be a mapping, not {type(doc).__name__}")]
     validator = jsonschema.Draft202012Validator(schema(name))

@@ -1,7 +1,6 @@
 -- index.sqlite as Energon 6.0 writes it (verified on megatron-energon 6.0.0).
 -- Write-ahead log: the file header says WAL (bytes 18-19 = 2); no sample_parts table, so member
 -- lookups walk the sample's own tar headers. Keys are not declared unique.
-PRAGMA journal_mode = WAL;
 CREATE TABLE samples (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- row id (AUTOINCREMENT also creates sqlite_sequence)
     tar_file_id INTEGER,                   -- position of the shard in .info.yaml's shard_counts

@@ -1,7 +1,6 @@
 -- index.sqlite as Energon 7.0 writes it (verified on megatron-energon 7.0.0).
 -- Write-ahead log (bytes 18-19 of the file = 2); sample_parts holds every member's data range.
 -- No NOT NULL or UNIQUE constraints yet; a plain index serves lookups by key.
-PRAGMA journal_mode = WAL;
 CREATE TABLE samples (
     tar_file_id INTEGER,      -- position of the shard in .info.json's shard_counts
     sample_key TEXT,          -- member name up to the first dot of the basename, folders included

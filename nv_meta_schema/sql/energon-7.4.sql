@@ -1,7 +1,9 @@
--- index.sqlite as Energon 7.4 writes it (verified on megatron-energon 7.4.1), and as shardstore writes it.
--- Rollback journal, never WAL (bytes 18-19 of the file = 1), fully committed, so readers may open it
--- with mode=ro&immutable=1. The UNIQUE constraint on sample_key is the index for lookups by key.
-PRAGMA journal_mode = DELETE;
+-- index.sqlite as Energon 7.4 writes it (verified on megatron-energon 7.4.1): its tables and indexes.
+-- shardstore's IndexWriter runs this very script (nv_meta_schema.tables_sql), so what it writes
+-- cannot drift from what is validated. Rollback journal, never WAL (bytes 18-19 of the file = 1;
+-- Layout.journal), fully committed, so readers may open it with mode=ro&immutable=1. The UNIQUE
+-- constraint on sample_key is the index for lookups by key. The tables Energon writes only for some
+-- options are in energon-7.4-media.sql.
 CREATE TABLE samples (
     tar_file_id INTEGER NOT NULL,      -- position of the shard in .info.json's shard_counts
     sample_key TEXT NOT NULL UNIQUE,   -- member name up to the first dot of the basename, folders included
@@ -19,16 +21,3 @@ CREATE TABLE sample_parts (
 CREATE INDEX idx_samples_by_tar_and_idx ON samples(tar_file_id, sample_index);
 CREATE INDEX idx_sample_parts_seq ON sample_parts(tar_file_id, sample_index, content_byte_offset);
 CREATE INDEX idx_sample_parts_full ON sample_parts(tar_file_id, sample_index, part_name, content_byte_offset, content_byte_size);
--- Optional: written by `energon prepare --media-metadata-by-...` only.
-CREATE TABLE media_metadata (
-    entry_key TEXT PRIMARY KEY,        -- member name, key.part
-    metadata_type TEXT NOT NULL,       -- kind of media metadata (image, video, audio, ...)
-    metadata_json TEXT NOT NULL        -- the metadata as JSON
-);
-CREATE TABLE media_filters (
-    filter_id INTEGER PRIMARY KEY AUTOINCREMENT,   -- row id
-    strategy TEXT NOT NULL,                        -- how media were detected (glob, header, extension)
-    patterns TEXT,                                 -- comma-separated patterns of the glob strategy
-    created_at_utc TEXT DEFAULT CURRENT_TIMESTAMP, -- when the filter was recorded
-    UNIQUE(strategy, patterns)
-);
