@@ -26,6 +26,8 @@ OPTIONAL = ("s3fs", "boto3", "aiobotocore", "torch", "mfusepy", "fuse", "PIL", "
 
 #: Each module's stage in the chain; modules the chain does not name sit where their users need them
 #: (errors below everything; samples, decode and sharding below dataset, which imports them).
+#: ``nv_meta_schema`` has no stage: it is a separate package below the whole chain (it imports nothing
+#: of shardstore, checked below), so any stage may import it; the index writer does, lazily, for its SQL.
 STAGES = {
     "errors": 0,
     "storage": 1,
@@ -127,3 +129,30 @@ def test_imports_flow_one_way(path: Path) -> None:
         if STAGES.get(_unit(target), 99) > STAGES[unit]
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_nv_meta_schema_imports_nothing_of_shardstore() -> None:
+    """shardstore imports nv_meta_schema (the index writer's SQL), so the reverse would be a cycle."""
+    root = PACKAGE.parent / "nv_meta_schema"
+    paths = sorted(root.rglob("*.py"))
+    assert paths
+    wrong = [
+        f"{p.name}:{line} imports {target}"
+        for p in paths
+        for line, target in _imports(ast.parse(p.read_text(), str(p)), "nv_meta_schema", True)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_nv_meta_schema_is_loaded_only_to_write_an_index() -> None:
+    """Opening and reading load neither nv_meta_schema nor jsonschema; the index writer's SQL loads
+    nv_meta_schema but still not jsonschema (only validation needs it)."""
+    code = (
+        "import sys, shardstore, shardstore.dataset, shardstore.index.sqlite as s\n"
+        "before = [m in sys.modules for m in ('nv_meta_schema', 'jsonschema')]\n"
+        "assert 'CREATE TABLE samples' in s.schema_sql()\n"
+        "print(before, [m in sys.modules for m in ('nv_meta_schema', 'jsonschema')])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[False, False] [True, False]"

@@ -98,11 +98,13 @@ def test_energon6_layout_facts() -> None:
 
 
 def test_shardstore_writes_the_energon_7_4_layout(tmp_path: Path) -> None:
-    """shardstore's own packaged SQL is the 7.4 layout (the two copies cannot drift apart)."""
+    """The script shardstore's index writer runs is nv_meta_schema's 7.4 tables, and builds that layout."""
     from shardstore.index.sqlite import schema_sql
 
+    assert schema_sql() == nv_meta_schema.tables_sql("energon-7.4")
+    assert "PRAGMA" not in schema_sql() and "media_metadata" not in schema_sql()  # the writer picks its journal
     db = sqlite3.connect(tmp_path / "i.sqlite")
-    db.executescript(schema_sql("energon7") + schema_sql("energon7_indexes"))
+    db.executescript(schema_sql())
     assert detect_layout(db) == "energon-7.4"
     db.close()
 

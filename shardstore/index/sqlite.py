@@ -19,7 +19,6 @@ import urllib.parse
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from ..errors import DuplicateKeyError, IndexVersionError, StorageError
@@ -33,9 +32,21 @@ SampleRow = tuple[int, str, int, int, int]
 PartRow = tuple[int, int, str, int, int]
 
 
-def schema_sql(name: str) -> str:
-    """A packaged SQL script (``energon7``, ``energon7_indexes``)."""
-    return resources.files(__package__).joinpath(f"{name}.sql").read_text()
+#: The ``nv_meta_schema`` layout ``IndexWriter`` writes.
+INDEX_LAYOUT = "energon-7.4"
+
+
+def schema_sql() -> str:
+    """The tables and indexes ``IndexWriter`` creates: ``nv_meta_schema``'s Energon 7.4 script, the
+    one copy of that SQL, so what prepare writes is what ``validate`` accepts.
+
+    ``nv_meta_schema`` is a separate, lower-level package (it imports nothing of shardstore);
+    it is imported here rather than at the top because only prepare writes an index, and
+    ``import shardstore`` or a reader should not pay for it.
+    """
+    import nv_meta_schema
+
+    return nv_meta_schema.tables_sql(INDEX_LAYOUT)
 
 
 class IndexWriter:
@@ -53,11 +64,11 @@ class IndexWriter:
             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;"
             "PRAGMA cache_size=-16384;"
         )
-        self.db.executescript(schema_sql("energon7"))
-        # Indexes before the rows: rows arrive in (tar_file_id, sample_index) order, the order of
-        # all three, so maintaining them is appending; building them after the load means a full
-        # sort of every row as a serial step at the end (about 0.5 s more CPU on 768k parts).
-        self.db.executescript(schema_sql("energon7_indexes"))
+        # Tables and their indexes before the rows (Energon builds the indexes after its load):
+        # rows arrive in (tar_file_id, sample_index) order, the order of all three indexes, so
+        # maintaining them is appending; building them after the load means a full sort of every
+        # row as a serial step at the end (about 0.5 s more CPU on 768k parts).
+        self.db.executescript(schema_sql())
         self.db.execute("BEGIN")
         self._attached = ""  # what database is attached as "shard" for ``merge``: "", "memory" or "file"
 
