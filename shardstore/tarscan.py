@@ -20,12 +20,30 @@ import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 from zlib import adler32
 
 import numpy as np
 
 from .errors import TarFormatError, TruncatedTarError
 from .storage import ByteRange, Storage
+
+
+def _load_tarwalk() -> Any:
+    """The compiled header walk (``_tarwalk.c``), or None: not built (no compiler where the package
+    was installed) or ``SHARDSTORE_PURE_PYTHON`` set. The Python walker is the reference; the
+    compiled one takes only plain ustar headers and hands every other header back to it."""
+    if os.environ.get("SHARDSTORE_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _tarwalk  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _tarwalk
+
+
+#: ``walk`` and ``plain``: see ``_tarwalk.c``. Tests set it to None to run the Python walker.
+_tarwalk = _load_tarwalk()
 
 __all__ = [
     "TarMember",
@@ -345,7 +363,10 @@ def iter_member_batches(
     corrupt one gives way to the corrupt header's checksum error).
 
     ``buffer``, when the whole archive is in memory or memory-mapped, is sliced directly instead
-    of calling ``read_at`` for each header (the call would cost about as much as the slicing).
+    of calling ``read_at`` for each header (the call would cost about as much as the slicing),
+    and runs of plain ustar members are walked by the compiled ``_tarwalk`` when it is built: it
+    stops at the first header it does not verify and take whole, and the Python walk goes on
+    from there, so batches may end earlier but hold the same members, and errors are the same.
 
     Raises ``TarFormatError`` (or ``TruncatedTarError``) naming ``path`` and the byte offset.
     """
@@ -355,7 +376,14 @@ def iter_member_batches(
     global_pax: dict[str, str] = {}
     zero = _ZERO_BLOCK
     done = False
+    walk = _tarwalk.walk if _tarwalk is not None and buffer is not None else None
     while not done:
+        if walk is not None and not global_pax:
+            c_names, c_heads, c_datas, c_sizes, stop = walk(buffer, offset, file_size, batch_size)
+            if c_names:
+                offset = stop
+                yield MemberBatch(c_names, [REGULAR] * len(c_names), c_heads, c_datas, c_sizes, stop)
+                continue
         # Per member only what the walk needs (its header, where it is, the size); names, kinds
         # and data offsets of plain members are filled in for the whole batch at once (``_batch``).
         hdrs: list[bytes] = []
@@ -364,6 +392,7 @@ def iter_member_batches(
         add_hdr, add_offset, add_size = hdrs.append, hdr_offsets.append, sizes.append
         special: dict[int, tuple[str, str, int, int, int]] = {}  # member -> (name, kind, first, data, headers)
         error: TarFormatError | None = None
+        handback = walk is not None
         try:
             for _ in range(batch_size):
                 if offset + 512 > file_size:
@@ -377,9 +406,17 @@ def iter_member_batches(
                 if hdr == zero:
                     done = True
                     break
+                plain = hdr[156] == 0x30 and hdr[135] == 0 and not hdr[345] and not global_pax
+                if plain and handback:
+                    # Back to the compiled walk after the extension headers or other types it
+                    # handed over. Not after a plain header it refused (a checksum it does not
+                    # take): then this batch stays in Python, or each such header would cost a batch.
+                    if sizes:
+                        break
+                    handback = False
                 add_hdr(hdr)
                 add_offset(offset)
-                if hdr[156] == 0x30 and hdr[135] == 0 and not hdr[345] and not global_pax:
+                if plain:
                     # A plain regular file: '0', an 11-digit size field, no name prefix.
                     try:
                         size = int(hdr[124:135], 8)
@@ -512,8 +549,13 @@ def plain_members(data: bytes, lo: int = 0, hi: int | None = None) -> list[tuple
     caught by the size/ETag check and by what this does check: the ustar magic and type of every
     header, sizes that parse and chain exactly to the end of the run.
     """
+    n = len(data) if hi is None else hi
+    if _tarwalk is not None:
+        fast: list[tuple[str, int, int]] | None = _tarwalk.plain(data, lo, n)
+        if fast is not NotImplemented:  # NotImplemented: a size field only Python's int() decides
+            return fast
     out = []
-    pos, n = lo, len(data) if hi is None else hi
+    pos = lo
     unpack = _USTAR_FIELDS.unpack_from
     try:
         while pos < n:

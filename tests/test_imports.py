@@ -30,6 +30,7 @@ OPTIONAL = ("s3fs", "boto3", "aiobotocore", "torch", "mfusepy", "fuse", "PIL", "
 #: of shardstore, checked below), so any stage may import it; the index writer does, lazily, for its SQL.
 STAGES = {
     "errors": 0,
+    "_tarwalk": 0,  # the optional compiled header walk (_tarwalk.c): imports nothing
     "storage": 1,
     "tarscan": 2,
     "keys": 2,
