@@ -151,7 +151,7 @@ def _check_header(hdr: bytes, path: str, offset: int) -> None:
     unsigned = _unsigned_checksum(hdr)
     if stored == unsigned:
         return
-    signed = unsigned - 2 * sum(b for b in hdr[:148] + hdr[156:] if b > 127)
+    signed = unsigned - 256 * sum(1 for b in hdr[:148] + hdr[156:] if b > 127)  # as tarfile: bytes as int8
     if stored != signed:
         why = f"header checksum {stored} != computed {unsigned}"
         if offset == 0:

@@ -312,3 +312,24 @@ def test_scan_storage_errors_name_the_file(tmp_path: Path) -> None:
     (tmp_path / "cut.tar").write_bytes(make_tar([("a.bin", b"x" * 3000)])[:1500])
     with pytest.raises(TruncatedTarError, match="cut.tar"):
         list(scan_storage(_NoLocalPath(str(tmp_path)), "cut.tar"))
+
+
+def test_signed_checksum_is_accepted_as_tarfile_does() -> None:
+    """Old tar writers summed header bytes as signed chars; tarfile accepts either sum, and so must we."""
+    import io
+    import struct
+    import tarfile
+
+    from shardstore.tarscan import iter_members
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as t:
+        info = tarfile.TarInfo("caf\xe9.txt")  # a byte >= 0x80 in the name makes the two sums differ
+        info.size = 3
+        t.addfile(info, io.BytesIO(b"abc"))
+    data = bytearray(buf.getvalue())
+    signed = 256 + sum(struct.unpack_from("148b8x356b", bytes(data[:512])))
+    data[148:156] = b"%06o\0 " % signed
+    expected = [(m.name, m.offset_data, m.size) for m in tarfile.open(fileobj=io.BytesIO(bytes(data)))]
+    got = [(m.name, m.data_offset, m.size) for m in iter_members(lambda o, n: bytes(data[o : o + n]), len(data), "x.tar")]
+    assert got == expected == [("caf\xe9.txt", 512, 3)]
