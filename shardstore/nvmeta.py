@@ -355,11 +355,11 @@ def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int)
     what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this one rule.
     """
     if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
-        return f"shard is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
+        return f"shard size is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
     if recorded is not None and stat.etag and recorded.get("etag") and stat.etag != recorded["etag"]:
         return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
     if stat.size < idx_end:
-        return f"shard is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
+        return f"shard size is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
     return None
 
 

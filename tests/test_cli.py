@@ -238,7 +238,7 @@ def test_check_shard_with_other_size(prepared: Path) -> None:
         f.write(bytes(1024))
     result = run("check", prepared, ok=False)
     assert result.exit_code == 1
-    assert f"{shard}: shard is {size + 1024} bytes, was {size} at prepare" in result.stdout
+    assert f"{shard}: shard size is {size + 1024} bytes, was {size} at prepare" in result.stdout
     os.truncate(shard, size - 4096)
     report = json.loads(run("check", prepared, "--deep", "--json", ok=False).stdout)
     assert [p["kind"] for p in report["problems"]] == ["shard"]

@@ -222,7 +222,7 @@ def test_shard_changed_rules() -> None:
     assert nvmeta.shard_changed({"size": 100}, FileStat(100, etag="y"), 90) is None  # no ETag recorded
     for rec in (None, {}, {"etag": "x"}):  # nothing (or no size) recorded: the .tar.idx end decides
         assert nvmeta.shard_changed(rec, FileStat(89, etag="x"), 90) == (
-            "shard is 89 bytes but its index reaches offset 90: truncated since prepare? "
+            "shard size is 89 bytes but its index reaches offset 90: truncated since prepare? "
             "rerun `shardstore prepare --force-overwrite`"
         )
         assert nvmeta.shard_changed(rec, FileStat(90), 90) is None
