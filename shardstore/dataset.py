@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import hashlib
 import os
 import tempfile
 import threading
@@ -191,7 +192,9 @@ class Dataset:
         local = self.storage.local_path(rel)
         if local is not None:
             return local
-        cache = os.path.join(_cache_root(), self.uuid, rel.replace("/", "%2F"))
+        # Keyed by URL and uuid: two datasets never share a cache entry, even without an index.uuid.
+        key = hashlib.sha1(f"{self.storage.url()}\0{self.uuid}".encode()).hexdigest()[:20]
+        cache = os.path.join(_cache_root(), key, rel.replace("/", "%2F"))
         if not os.path.exists(cache):
             os.makedirs(os.path.dirname(cache), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
