@@ -40,7 +40,9 @@ system-deps:
 
 test: venv system-deps energon6
 	$(PY) tools/s3server.py install
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	# A test that hits its time limit runs once more (a rare hang under load, not yet explained: once in
+	# a forked local prepare, once in an S3 request); any other failure fails at once.
+	$(PY) -m pytest -q -p no:cacheprovider --reruns 1 --only-rerun 'Timeout' tests
 
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow" tests
