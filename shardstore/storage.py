@@ -34,6 +34,7 @@ __all__ = [
     "LocalStorage",
     "FsspecStorage",
     "open_storage",
+    "client_options",
     "is_remote_url",
     "merge_ranges",
 ]
@@ -406,7 +407,7 @@ class FsspecStorage(Storage):
             import fsspec
 
             try:
-                self._fs = fsspec.filesystem(self.protocol, **_client_options(self.protocol, self.storage_options))
+                self._fs = fsspec.filesystem(self.protocol, **client_options(self.protocol, self.storage_options))
             except ImportError as e:
                 extra = _PROTOCOL_EXTRAS.get(self.protocol, self.protocol)
                 raise MissingExtraError(
@@ -610,8 +611,64 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _client_options(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The options given, plus shardstore's defaults for S3 (only where the caller set nothing).
+#: Seconds an S3 client may take to connect, and may wait in silence for (or within) an answer;
+#: past either, botocore raises a timeout error and retries the request.
+S3_CONNECT_TIMEOUT = 5.0
+S3_READ_TIMEOUT = 15.0
+#: An upload whose body goes out slower than this (bytes/s, on average) counts as stuck.
+S3_MIN_UPLOAD_RATE = 256 * 1024
+
+
+def _bounded_http_session() -> type:
+    """aiobotocore's HTTP session, changed so that no request can wait forever (made on first use:
+    it subclasses an optional extra; ``BoundedAIOHTTPSession`` resolves here when unpickled too).
+
+    - No ``Expect: 100-continue``: botocore puts it on every S3 PUT, and aiohttp then waits for
+      the interim answer with no timeout at all (its read timeout starts only once the body is
+      sent). A server that never answers the headers hung an upload forever; without the header
+      the body goes out at once and the read timeout bounds the wait for the answer. SigV4 does
+      not sign ``Expect``, and botocore's own (non-aio) client waits only 1 s for it anyway.
+    - A request with a body must finish within connect + read timeout + body size at
+      ``S3_MIN_UPLOAD_RATE``: aiohttp has no timeout on writing, so a peer that stops reading
+      would stall an upload for good. It fails as a ``ReadTimeoutError`` (retried by botocore).
+    """
+    cls = globals().get("BoundedAIOHTTPSession")
+    if cls is not None:
+        return cls  # type: ignore[no-any-return]
+    import asyncio
+
+    from aiobotocore.httpsession import AIOHTTPSession
+    from botocore.exceptions import ReadTimeoutError
+
+    class BoundedAIOHTTPSession(AIOHTTPSession):  # type: ignore[misc]
+        async def send(self, request: Any) -> Any:
+            if "Expect" in request.headers:
+                del request.headers["Expect"]
+            size = int(request.headers.get("Content-Length") or 0)
+            if size == 0:
+                return await super().send(request)
+            timeout = self._timeout
+            limit = (timeout.sock_connect or 0) + (timeout.sock_read or 0) + size / S3_MIN_UPLOAD_RATE
+            try:
+                return await asyncio.wait_for(super().send(request), limit)
+            except asyncio.TimeoutError as e:
+                raise ReadTimeoutError(endpoint_url=request.url, error=e) from e
+
+    BoundedAIOHTTPSession.__qualname__ = "BoundedAIOHTTPSession"  # pickled by reference, as a module attribute
+    globals()["BoundedAIOHTTPSession"] = BoundedAIOHTTPSession
+    return BoundedAIOHTTPSession
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BoundedAIOHTTPSession":
+        return _bounded_http_session()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def client_options(protocol: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``FsspecStorage`` passes to ``fsspec.filesystem(protocol, ...)``: the options given,
+    plus shardstore's defaults for S3 (only where the caller set nothing). Public so that other
+    clients of the same store (e.g. the test server's helpers) get the same bounded waits.
 
     - ``use_listings_cache=False``: every ``exists``/``stat`` asks the server, so a shard
       replaced since the last listing is seen (stale-index checks depend on it).
@@ -620,15 +677,21 @@ def _client_options(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
     - ``response_checksum_validation="when_required"``: range reads carry no whole-object
       checksum on AWS, but some S3-compatible servers send the whole object's checksum with a
       ranged answer, which botocore >= 1.36 then rejects; shardstore checks its data itself.
+    - ``connect_timeout``/``read_timeout`` (``S3_CONNECT_TIMEOUT``/``S3_READ_TIMEOUT``) and
+      ``http_session_cls`` (``_bounded_http_session``): every request ends, in an answer or in
+      an error that is retried, never in a wait without end.
     """
+    out = dict(options or {})
     if protocol not in ("s3", "s3a"):
-        return options
-    out = dict(options)
+        return out
     out.setdefault("use_listings_cache", False)
     config = dict(out.get("config_kwargs") or {})
     config.setdefault("max_pool_connections", 64)
     if "AWS_RESPONSE_CHECKSUM_VALIDATION" not in os.environ:
         config.setdefault("response_checksum_validation", "when_required")
+    config.setdefault("connect_timeout", S3_CONNECT_TIMEOUT)
+    config.setdefault("read_timeout", S3_READ_TIMEOUT)
+    config.setdefault("http_session_cls", _bounded_http_session())
     out["config_kwargs"] = config
     return out
 

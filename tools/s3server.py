@@ -181,11 +181,15 @@ class S3Server:
             "AWS_REQUEST_CHECKSUM_CALCULATION": CLIENT_CONFIG["request_checksum_calculation"],
         }
 
-    def filesystem(self, **kw: Any) -> Any:
-        """A fresh ``s3fs.S3FileSystem`` for this server (not shared through fsspec's instance cache)."""
+    def filesystem(self, endpoint: str | None = None, **kw: Any) -> Any:
+        """A fresh ``s3fs.S3FileSystem`` for this server (not shared through fsspec's instance cache),
+        with shardstore's client settings: finite timeouts on every request, no ``Expect:
+        100-continue`` (with it, a PUT whose headers the server never answers waits forever)."""
         import s3fs
 
-        return s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True, **kw)
+        from shardstore.storage import client_options
+
+        return s3fs.S3FileSystem(**client_options("s3", self.storage_options(endpoint)), skip_instance_cache=True, **kw)
 
     def make_bucket(self, name: str) -> None:
         """Create bucket ``name`` (3+ characters) if it does not exist."""

@@ -8,8 +8,12 @@ their retry with backoff.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import pickle
+import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +23,14 @@ import pytest
 from storage_conformance import MakeStorage, StorageTests
 
 from shardstore.errors import StorageError
-from shardstore.storage import ByteRange, FsspecStorage, open_storage
+from shardstore.storage import (
+    S3_CONNECT_TIMEOUT,
+    S3_READ_TIMEOUT,
+    ByteRange,
+    FsspecStorage,
+    client_options,
+    open_storage,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from delayproxy import DelayProxy  # noqa: E402
@@ -78,6 +89,120 @@ def test_client_defaults_do_not_override_the_callers(s3_server: Any) -> None:
     assert storage.storage_options == mine  # what is pickled to workers: the caller's options
 
 
+def test_client_waits_are_bounded_by_default_and_callers_may_change_them(s3_server: Any) -> None:
+    storage = FsspecStorage("s3://shardstore-test/x", s3_server.storage_options())
+    config = storage.fs.config_kwargs
+    assert (config["connect_timeout"], config["read_timeout"]) == (S3_CONNECT_TIMEOUT, S3_READ_TIMEOUT)
+    assert config["http_session_cls"].__name__ == "BoundedAIOHTTPSession"
+    copy = pickle.loads(pickle.dumps(storage.fs))  # the class travels by reference, as a module attribute
+    assert copy.config_kwargs["http_session_cls"] is config["http_session_cls"]
+    mine = s3_server.storage_options()
+    mine["config_kwargs"]["read_timeout"] = 120
+    assert FsspecStorage("s3://shardstore-test/x", mine).fs.config_kwargs["read_timeout"] == 120
+
+
+class SilentPeer:
+    """A TCP server that accepts connections and never answers; it reads what is sent (recording
+    it) unless ``reads=False``, in which case the client's send buffer fills and its writes stall."""
+
+    def __init__(self, reads: bool = True) -> None:
+        self.reads = reads
+        self.received = bytearray()
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._conns: list[socket.socket] = []
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self._conns.append(conn)
+            if self.reads:
+                threading.Thread(target=self._drain, args=(conn,), daemon=True).start()
+
+    def _drain(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := conn.recv(1 << 16):
+                self.received += chunk
+
+    def close(self) -> None:
+        self._sock.close()
+        for conn in self._conns:
+            conn.close()
+
+
+def _within(seconds: float, fn: Any) -> BaseException | None:
+    """Run ``fn`` in a thread; the exception it raised, or a test failure if it is still running
+    after ``seconds`` (so a regression fails here instead of hanging the suite)."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            fn()
+            outcome.append(None)
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still waiting after {seconds} s: a request without a bound")
+    return outcome[0]
+
+
+def _silent_storage(peer: SilentPeer) -> FsspecStorage:
+    opts = {"key": "k", "secret": "s", "endpoint_url": peer.endpoint, "skip_instance_cache": True,
+            "config_kwargs": {"connect_timeout": 1, "read_timeout": 1, "retries": {"total_max_attempts": 1}}}
+    storage = FsspecStorage("s3://bucket/ds", opts)
+    storage.fs.retries = 1  # s3fs's own retry loop
+    storage.retries, storage.backoff = 2, 0.01
+    return storage
+
+
+@pytest.mark.parametrize("op", ["write", "read"])
+def test_a_server_that_never_answers_fails_the_request_instead_of_hanging(op: str) -> None:
+    """botocore sends every PUT with ``Expect: 100-continue`` and aiohttp waited for the interim
+    answer with no timeout: a server that never answered the headers hung the upload for good
+    (the suite's rclone did, once in a few hundred runs). Now writes, like reads, end in a timeout
+    error after the read timeout, retried, then a ``StorageError`` naming the object."""
+    peer = SilentPeer()
+    try:
+        storage = _silent_storage(peer)
+        t0 = time.monotonic()
+        if op == "write":
+            err = _within(30, lambda: storage.write_atomic(".nv-meta/split.yaml", b"split_parts: {}\n"))
+        else:
+            err = _within(30, lambda: storage.read_range("a.tar", ByteRange(0, 10)))
+        assert isinstance(err, StorageError), err
+        assert "after 2 attempts" in str(err) and "Timeout" in str(err)
+        assert ("split.yaml" if op == "write" else "a.tar") in str(err)
+        assert time.monotonic() - t0 < 10
+        heads = bytes(peer.received).split(b"\r\n\r\n")[0].lower()
+        assert heads.startswith(b"put " if op == "write" else b"get ")
+        assert b"expect:" not in bytes(peer.received).lower()
+    finally:
+        peer.close()
+
+
+def test_an_upload_the_server_stops_reading_fails_instead_of_hanging(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp has no timeout on writing a body: a peer that stops reading would stall an upload
+    for good. A body must go out at ``S3_MIN_UPLOAD_RATE`` on average (made fast here)."""
+    import shardstore.storage as storage_module
+
+    monkeypatch.setattr(storage_module, "S3_MIN_UPLOAD_RATE", 16 << 20)  # 8 MiB: 0.5 s more
+    peer = SilentPeer(reads=False)
+    try:
+        storage = _silent_storage(peer)
+        err = _within(30, lambda: storage.write_atomic("big.bin", bytes(8 << 20)))
+        assert isinstance(err, StorageError) and "Timeout" in str(err), err
+    finally:
+        peer.close()
+
+
 def test_reads_objects_uploaded_with_checksums(s3_server: Any, s3_url: Any) -> None:
     """boto3 >= 1.36 uploads with a CRC32 that rclone sends back with every ranged GET; with
     botocore's default validation every range read of such an object fails."""
@@ -86,7 +211,8 @@ def test_reads_objects_uploaded_with_checksums(s3_server: Any, s3_url: Any) -> N
     opts = s3_server.storage_options()
     del opts["config_kwargs"]  # a plain client: checksums on upload, validation on download
     url = s3_url("crc")
-    s3fs.S3FileSystem(**opts, skip_instance_cache=True).pipe_file(url[5:] + "/obj.bin", b"0123456789" * 100)
+    uploader = s3fs.S3FileSystem(**client_options("s3", opts), skip_instance_cache=True)  # bounded waits only
+    uploader.pipe_file(url[5:] + "/obj.bin", b"0123456789" * 100)
     storage = open_storage(url, opts)
     assert storage.read_range("obj.bin", ByteRange(5, 10)) == b"5678901234"
 

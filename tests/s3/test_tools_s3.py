@@ -126,21 +126,19 @@ def _get_ms(fs: Any, path: str, n: int = 5) -> float:
 
 @pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
 def test_delay_proxy_adds_latency_each_way(s3_server: Any, process: bool) -> None:
-    import s3fs
 
     s3_server.filesystem().pipe_file("shardstore-test/delay/x.bin", b"x" * 1000)
     with delay_proxy(s3_server.endpoint, 40, process=process) as proxy:
-        fs = s3fs.S3FileSystem(**s3_server.storage_options(proxy.endpoint), skip_instance_cache=True)
+        fs = s3_server.filesystem(proxy.endpoint)
         assert fs.cat_file("shardstore-test/delay/x.bin") == b"x" * 1000
         ms = _get_ms(fs, "shardstore-test/delay/x.bin")
     assert 80 <= ms < 400, ms  # one round trip: 40 ms there, 40 ms back
 
 
 def test_delay_proxy_counts_requests_and_bodies_pass(s3_server: Any) -> None:
-    import s3fs
 
     with DelayProxy(s3_server.endpoint) as proxy:
-        fs = s3fs.S3FileSystem(**s3_server.storage_options(proxy.endpoint), skip_instance_cache=True)
+        fs = s3_server.filesystem(proxy.endpoint)
         body = os.urandom(3 << 20)  # a PUT body larger than one read chunk
         fs.pipe_file("shardstore-test/count/big.bin", body)
         fs.pipe_file("shardstore-test/count/small.bin", b"s")
@@ -157,9 +155,8 @@ def test_delay_proxy_cli(s3_server: Any) -> None:
     try:
         assert proc.stdout is not None
         endpoint = proc.stdout.readline().strip()
-        import s3fs
 
-        fs = s3fs.S3FileSystem(**s3_server.storage_options(endpoint), skip_instance_cache=True)
+        fs = s3_server.filesystem(endpoint)
         fs.pipe_file("shardstore-test/cli/x.bin", b"via the cli proxy")
         assert fs.cat_file("shardstore-test/cli/x.bin") == b"via the cli proxy"
     finally:
