@@ -623,11 +623,13 @@ def _bounded_http_session() -> type:
     """aiobotocore's HTTP session, changed so that no request can wait forever (made on first use:
     it subclasses an optional extra; ``BoundedAIOHTTPSession`` resolves here when unpickled too).
 
-    - No ``Expect: 100-continue``: botocore puts it on every S3 PUT, and aiohttp then waits for
-      the interim answer with no timeout at all (its read timeout starts only once the body is
-      sent). A server that never answers the headers hung an upload forever; without the header
-      the body goes out at once and the read timeout bounds the wait for the answer. SigV4 does
-      not sign ``Expect``, and botocore's own (non-aio) client waits only 1 s for it anyway.
+    - No ``Expect: 100-continue``: botocore puts it on every S3 PUT, and aiohttp then withholds
+      the body until ``100 Continue`` arrives, with no timeout at all (its read timeout starts
+      only once the body is sent). A server that answers only after reading the body (rclone
+      ``serve s3`` failing a PUT: Go's ``Body.Close`` reads the rest first) or not at all hung
+      the upload for good. Without the header the body goes out at once and the read timeout
+      bounds the wait. SigV4 does not sign ``Expect``; botocore's own (non-aio) client waits
+      only 1 s for the ``100`` anyway.
     - A request with a body must finish within connect + read timeout + body size at
       ``S3_MIN_UPLOAD_RATE``: aiohttp has no timeout on writing, so a peer that stops reading
       would stall an upload for good. It fails as a ``ReadTimeoutError`` (retried by botocore).

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import pickle
+import re
 import socket
 import sys
 import threading
@@ -163,12 +164,67 @@ def _silent_storage(peer: SilentPeer) -> FsspecStorage:
     return storage
 
 
+class BodyFirstPeer:
+    """An S3 endpoint that answers a request only once it has read the whole body, and never sends
+    ``100 Continue``; its first PUT fails with a 500. That is what rclone ``serve s3`` does with a
+    PUT it fails before reading it (a race creating the same new folders): its handler closes the
+    request body before answering, and Go's ``Body.Close`` first reads the rest of the body."""
+
+    def __init__(self) -> None:
+        self.heads: list[bytes] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self._sock.accept()
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rb") as f, contextlib.suppress(OSError):
+            while True:
+                lines = []
+                while (line := f.readline()) not in (b"\r\n", b""):
+                    lines.append(line)
+                if not lines:
+                    return
+                head = b"".join(lines)
+                length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                f.read(int(length.group(1)) if length else 0)  # the body first, as Go's Body.Close
+                self.heads.append(head)
+                if head.startswith(b"PUT ") and sum(h.startswith(b"PUT ") for h in self.heads) == 1:
+                    body = b"<Error><Code>InternalError</Code><Message>file does not exist</Message></Error>"
+                    conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/xml\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                else:
+                    conn.sendall(b'HTTP/1.1 200 OK\r\nETag: "0"\r\nContent-Length: 0\r\n\r\n')
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def test_a_put_the_server_answers_only_after_its_body_is_retried_not_stuck() -> None:
+    """The CI hang: botocore sends every PUT with ``Expect: 100-continue``; aiohttp then withholds
+    the body until ``100 Continue`` comes, with no timeout, while rclone, failing the PUT, waited
+    for the body before answering. Each waited for the other, forever. Without the header the body
+    goes out at once, the 500 comes back and the PUT is retried."""
+    peer = BodyFirstPeer()
+    try:
+        storage = _silent_storage(peer)
+        assert _within(30, lambda: storage.write_atomic("nested/.nv-meta/index.uuid", b"0123")) is None
+        puts = [h for h in peer.heads if h.startswith(b"PUT ")]
+        assert len(puts) == 2 and all(b"expect:" not in h.lower() for h in puts)
+    finally:
+        peer.close()
+
+
 @pytest.mark.parametrize("op", ["write", "read"])
 def test_a_server_that_never_answers_fails_the_request_instead_of_hanging(op: str) -> None:
-    """botocore sends every PUT with ``Expect: 100-continue`` and aiohttp waited for the interim
-    answer with no timeout: a server that never answered the headers hung the upload for good
-    (the suite's rclone did, once in a few hundred runs). Now writes, like reads, end in a timeout
-    error after the read timeout, retried, then a ``StorageError`` naming the object."""
+    """A silent server: writes, like reads, end in a timeout error after the read timeout (aiohttp
+    started that timeout only once a body was sent, and with ``Expect: 100-continue`` it was never
+    sent), retried, then a ``StorageError`` naming the object."""
     peer = SilentPeer()
     try:
         storage = _silent_storage(peer)
