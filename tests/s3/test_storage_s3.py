@@ -253,6 +253,7 @@ def test_an_upload_the_server_stops_reading_fails_instead_of_hanging(monkeypatch
     peer = SilentPeer(reads=False)
     try:
         storage = _silent_storage(peer)
+        storage.retries = 1
         err = _within(30, lambda: storage.write_atomic("big.bin", bytes(8 << 20)))
         assert isinstance(err, StorageError) and "Timeout" in str(err), err
     finally:
