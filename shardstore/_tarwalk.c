@@ -21,6 +21,15 @@
  *   tarscan.plain_members for data[lo:hi]: None where the Python version returns None for
  *   certain, NotImplemented where the size field is spelled in a way only Python's int()
  *   decides (the caller then runs the Python version).
+ *
+ * fill(sample, data, lo, hi) -> key | None
+ *   The random-read hot path (Dataset._build): parses the plain ustar headers of one sample
+ *   in data[lo:hi], splits each name at its first dot into key and part, and stores
+ *   sample[part] = bytes of the member. Returns the key; None whenever anything is not the
+ *   common case (a name with a folder or a leading "__", a name prefix, two keys, no member,
+ *   any header plain() would not take): the caller then runs the Python path, which gives
+ *   the same answer or raises its error. Entries stored before a None are the caller's to
+ *   discard.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -184,9 +193,81 @@ done:
     return result;
 }
 
+/* Stores one member's part in `sample` if its name is "key.part" with no folder and no leading
+ * "__" (the rules of keys.split_name reduce to "cut at the first dot" there). 1: stored (or a
+ * name without a part, skipped as split_name skips it); 0: not the common case; -1: error.
+ * `key`/`key_len` hold the sample's key bytes once the first part has set them. */
+static int fill_member(PyObject *sample, const unsigned char *name, Py_ssize_t len, const unsigned char *data,
+                       long long size, const unsigned char **key, Py_ssize_t *key_len) {
+    if (memchr(name, '/', (size_t)len) != NULL || (len >= 2 && name[0] == '_' && name[1] == '_'))
+        return 0;
+    const unsigned char *dot = memchr(name, '.', (size_t)len);
+    if (dot == NULL || dot == name)
+        return 1;
+    Py_ssize_t klen = (Py_ssize_t)(dot - name);
+    if (*key == NULL) {
+        *key = name;
+        *key_len = klen;
+    } else if (klen != *key_len || memcmp(name, *key, (size_t)klen) != 0) {
+        return 0;
+    }
+    PyObject *part = PyUnicode_DecodeUTF8((const char *)dot + 1, len - klen - 1, "surrogateescape");
+    if (part == NULL)
+        return -1;
+    PyObject *value = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)size);
+    int rc = value == NULL ? -1 : PyDict_SetItem(sample, part, value);
+    Py_DECREF(part);
+    Py_XDECREF(value);
+    return rc < 0 ? -1 : 1;
+}
+
+static PyObject *tarwalk_fill(PyObject *self, PyObject *args) {
+    PyObject *sample;
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "O!y*nn", &PyDict_Type, &sample, &view, &lo, &hi))
+        return NULL;
+    PyObject *result = NULL;
+    const unsigned char *buf = view.buf;
+    const unsigned char *key = NULL;
+    Py_ssize_t key_len = 0, pos = lo;
+    if (lo < 0 || hi > view.len)
+        goto fallback;
+    while (pos < hi) {
+        const unsigned char *h = buf + pos;
+        long long size;
+        if (pos + BLOCK > hi || h[156] != '0' || memcmp(h + 257, "ustar", 5) != 0 || h[345] != 0 ||
+            plain_size(h + 124, &size) != 1)
+            goto fallback;
+        Py_ssize_t start = pos + BLOCK;
+        if (size > hi - start)
+            goto fallback;
+        const unsigned char *nul = memchr(h, 0, 100);
+        Py_ssize_t len = nul ? (Py_ssize_t)(nul - h) : 100;
+        if (len == 0 || h[len - 1] == '/')
+            goto fallback;
+        int rc = fill_member(sample, h, len, buf + start, size, &key, &key_len);
+        if (rc < 0)
+            goto done;
+        if (rc == 0)
+            goto fallback;
+        pos = start + (Py_ssize_t)((size + BLOCK - 1) & ~(long long)(BLOCK - 1));
+    }
+    if (pos != hi || key == NULL)
+        goto fallback;
+    result = PyUnicode_DecodeUTF8((const char *)key, key_len, "surrogateescape");
+    goto done;
+fallback:
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"walk", tarwalk_walk, METH_VARARGS, "Walk plain ustar regular-file headers from an offset."},
     {"plain", tarwalk_plain, METH_VARARGS, "tarscan.plain_members for data[lo:hi]."},
+    {"fill", tarwalk_fill, METH_VARARGS, "Store one plain sample's parts in a dict; its key, or None."},
     {NULL, NULL, 0, NULL},
 };
 

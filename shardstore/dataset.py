@@ -34,7 +34,7 @@ from .index.taridx import read_offsets
 from .keys import split_name
 from .samples import Sample
 from .storage import ByteRange, Storage, open_storage
-from .tarscan import plain_members, regular_members
+from .tarscan import fill_plain_sample, plain_members, regular_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -334,13 +334,26 @@ class Dataset:
         self, shard: ShardRef, position: int | None, offset: int, data: bytes, lo: int = 0, hi: int | None = None
     ) -> Any:
         """Cut a sample's parts out of its raw tar bytes ``data[lo:hi]`` (all of ``data`` by
-        default; read from ``offset`` of ``shard``), parsing the headers in memory: plain ustar
-        headers on a fast path, anything else with the full walker."""
+        default; read from ``offset`` of ``shard``), parsing the headers in memory: the compiled
+        fast path for plain samples, else ``_cut``."""
+        sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
+        key = fill_plain_sample(sample, data, lo, len(data) if hi is None else hi)
+        if key is None:
+            sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
+            key = self._cut(sample, shard, offset, data, lo, hi)
+        if self.excluded and f"{shard.name}/{key}" in self.excluded:
+            raise SampleNotFoundError("sample is excluded by split.yaml", path=self.storage.url(shard.name), member=key)
+        sample["__key__"] = key
+        return self._finish(sample)
+
+    def _cut(self, sample: Sample, shard: ShardRef, offset: int, data: bytes, lo: int, hi: int | None) -> str:
+        """Store the parts of ``data[lo:hi]`` in ``sample`` and return its key: plain ustar
+        headers on a Python fast path, anything else with the full walker; raises when the range
+        does not hold exactly one sample."""
         members = plain_members(data, lo, hi)
         if members is None:
             whole = data if lo == 0 and hi is None else data[lo:hi]
             members = [(n, lo + start, size) for n, start, size in regular_members(whole, self.storage.url(shard.name))]
-        sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
         key = None
         for name, start, size in members:
             kp = split_name(name)
@@ -361,10 +374,7 @@ class Dataset:
                 path=self.storage.url(shard.name),
                 offset=offset,
             )
-        if self.excluded and f"{shard.name}/{key}" in self.excluded:
-            raise SampleNotFoundError("sample is excluded by split.yaml", path=self.storage.url(shard.name), member=key)
-        sample["__key__"] = key
-        return self._finish(sample)
+        return key
 
     def _finish(self, sample: Sample) -> Any:
         """Hook for decoding and field maps (identity for raw bytes)."""

@@ -52,6 +52,7 @@ __all__ = [
     "iter_member_batches",
     "regular_members",
     "plain_members",
+    "fill_plain_sample",
     "scan_storage",
     "scan_storage_batches",
     "HeaderSource",
@@ -576,6 +577,18 @@ def plain_members(data: bytes, lo: int = 0, hi: int | None = None) -> list[tuple
     except (ValueError, struct.error):  # not plain octal (GNU base-256, garbage); a short buffer
         return None
     return out if pos == n else None
+
+
+def fill_plain_sample(sample: dict[str, Any], data: bytes, lo: int, hi: int) -> str | None:
+    """The compiled fast path of a random read: store the parts of the one sample in
+    ``data[lo:hi]`` in ``sample`` and return its key, when every member is a plain ustar file
+    named ``key.part`` with no folder (``_tarwalk.fill``). None when it is not built or the
+    sample is anything else: the caller then cuts the sample with ``plain_members`` and
+    ``keys.split_name`` (into a fresh dict: entries may have been stored before the None)."""
+    if _tarwalk is None:
+        return None
+    key: str | None = _tarwalk.fill(sample, data, lo, hi)
+    return key
 
 
 def regular_members(data: bytes, path: str) -> list[tuple[str, int, int]]:

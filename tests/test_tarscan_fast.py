@@ -3,7 +3,8 @@
 Both walk the same generated tars (``tarfile`` in ustar, GNU and PAX formats, from the fuzz
 strategies of ``test_tarscan_fuzz``) and the same mutated ones (byte flips, truncation, garbage,
 hand-made header spellings), with several batch sizes; they must hand out the same members and
-raise the same error (type, message, file and offset). ``plain_members`` (the read path) too.
+raise the same error (type, message, file and offset). ``plain_members`` and ``fill`` (the read
+path) too: ``fill`` either declines (None) or gives what the Python path makes of the range.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tar_headers import set_header_field
 from test_tarscan_fuzz import FORMATS, FUZZ, build, member_specs
 
 from shardstore import tarscan
+from shardstore.keys import split_name
 from shardstore.errors import TarFormatError
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,6 +70,36 @@ def plain(data: bytes, compiled: bool, lo: int = 0, hi: int | None = None) -> li
         tarscan._tarwalk = COMPILED
 
 
+def filled(data: bytes, lo: int, hi: int) -> tuple[str, dict[str, bytes]] | None:
+    """``_tarwalk.fill`` of ``data[lo:hi]``: (key, parts) or None (declined)."""
+    parts: dict[str, bytes] = {}
+    key = COMPILED.fill(parts, data, lo, hi)
+    return None if key is None else (key, parts)
+
+
+def python_sample(data: bytes, lo: int, hi: int) -> tuple[str, dict[str, bytes]] | None:
+    """The reference for ``fill``: the Python plain parse and ``split_name``; None where the range
+    is not one sample (the reader then raises its stale-index error)."""
+    members = plain(data, False, lo, hi)
+    if members is None:
+        return None
+    key, parts = None, {}
+    for name, start, size in members:
+        kp = split_name(name)
+        if kp is None:
+            continue
+        if key is not None and kp[0] != key:
+            return None
+        key, parts[kp[1]] = kp[0], data[start : start + size]
+    return None if key is None else (key, parts)
+
+
+def assert_fill_agrees(data: bytes, lo: int, hi: int) -> None:
+    got = filled(data, lo, hi)
+    if got is not None:
+        assert got == python_sample(data, lo, hi), (lo, hi)
+
+
 def assert_same(data: bytes, batch_sizes: tuple[int, ...] = (4096, 1, 2, 3)) -> Outcome:
     want = walk(data, compiled=False)
     for batch_size in batch_sizes:
@@ -79,6 +111,7 @@ def assert_same(data: bytes, batch_sizes: tuple[int, ...] = (4096, 1, 2, 3)) -> 
     for lo in sorted({0, 512, 1024} | {m[2] for m in want[0][:4]}):
         for hi in blocks:
             assert plain(data, True, lo, hi) == plain(data, False, lo, hi), (lo, hi)
+            assert_fill_agrees(data, lo, hi)
     return want
 
 
@@ -268,6 +301,43 @@ def test_plain_members_bounds() -> None:
     got = plain(data, True, offsets[3], offsets[6])
     assert got is not None and [name for name, _, _ in got] == ["s0001.jpg", "s0001.txt", "s0001.json"]
     assert plain(bytearray(data), True, offsets[3], offsets[6]) == got  # type: ignore[arg-type]  # any buffer
+
+
+def _tar(names: list[str], prefix: str = "") -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for i, name in enumerate(names):
+            info = tarfile.TarInfo(name)
+            info.size = 300 + i
+            if prefix:  # a name that only fits with ustar's prefix field
+                info.name = f"{prefix}/{name}"
+            tar.addfile(info, io.BytesIO(bytes([65 + i]) * info.size))
+        end = tar.offset  # one sample's range: without the end-of-archive blocks
+    return buf.getvalue()[:end]
+
+
+@pytest.mark.parametrize(
+    ("names", "prefix", "key"),
+    [
+        (["a.jpg", "a.txt", "a.meta.json"], "", "a"),  # the part is everything after the first dot
+        (["noext", "a.jpg", ".hidden", "a.txt"], "", "a"),  # names without a part are skipped, as split_name does
+        (["ünï.jpg", "ünï.txt"], "", "ünï"),
+        (["a.jpg", "b.txt"], "", None),  # two keys: the Python path raises its stale-index error
+        (["noext"], "", None),  # no sample at all
+        (["dir/a.jpg", "dir/a.txt"], "", None),  # folders: split_name's full rules
+        (["__x__.txt", "a.jpg"], "", None),  # a dunder name: split_name's full rules
+        (["a.jpg"], "p" * 90, None),  # a ustar name prefix
+    ],
+)
+def test_fill_takes_plain_samples_and_declines_the_rest(names: list[str], prefix: str, key: str | None) -> None:
+    data = _tar(names, prefix)
+    got = filled(data, 0, len(data))
+    assert (got and got[0]) == key
+    if key is not None:
+        assert got == python_sample(data, 0, len(data))
+        assert sum(map(len, got[1].values())) == sum(300 + i for i, n in enumerate(names) if n.startswith(key + "."))
+    sample = {"jpg": b"stale"}
+    assert COMPILED.fill(sample, bytes(data[:-512]), 0, len(data) - 512) is None  # a range that does not chain
 
 
 def test_env_var_forces_python() -> None:
