@@ -24,8 +24,8 @@ from tar_headers import set_header_field
 from test_tarscan_fuzz import FORMATS, FUZZ, build, member_specs
 
 from shardstore import tarscan
-from shardstore.keys import split_name
 from shardstore.errors import TarFormatError
+from shardstore.keys import split_name
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,7 +62,9 @@ def walk(data: bytes, compiled: bool, batch_size: int = 4096) -> Outcome:
     return members, None
 
 
-def plain(data: bytes, compiled: bool, lo: int = 0, hi: int | None = None) -> list[tuple[str, int, int]] | None:
+def plain(
+    data: bytes, compiled: bool, lo: int = 0, hi: int | None = None
+) -> list[tuple[str, int, int]] | None:
     tarscan._tarwalk = COMPILED if compiled else None
     try:
         return tarscan.plain_members(data, lo, hi)
@@ -143,7 +145,9 @@ def test_generated_tars(fmt: str, specs: list[tuple[str, str, int]], global_comm
     flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=6),
     header_bias=st.booleans(),
 )
-def test_byte_flips(fmt: str, specs: list[tuple[str, str, int]], flips: list[tuple[int, int]], header_bias: bool) -> None:
+def test_byte_flips(
+    fmt: str, specs: list[tuple[str, str, int]], flips: list[tuple[int, int]], header_bias: bool
+) -> None:
     data = bytearray(_build(fmt, specs))
     headers = [m[2] for m in walk(bytes(data), compiled=False)[0]] or [0]
     for pos, xor in flips:
@@ -320,7 +324,11 @@ def _tar(names: list[str], prefix: str = "") -> bytes:
     ("names", "prefix", "key"),
     [
         (["a.jpg", "a.txt", "a.meta.json"], "", "a"),  # the part is everything after the first dot
-        (["noext", "a.jpg", ".hidden", "a.txt"], "", "a"),  # names without a part are skipped, as split_name does
+        (
+            ["noext", "a.jpg", ".hidden", "a.txt"],
+            "",
+            "a",
+        ),  # names without a part are skipped, as split_name does
         (["ünï.jpg", "ünï.txt"], "", "ünï"),
         (["a.jpg", "b.txt"], "", None),  # two keys: the Python path raises its stale-index error
         (["noext"], "", None),  # no sample at all
@@ -329,15 +337,21 @@ def _tar(names: list[str], prefix: str = "") -> bytes:
         (["a.jpg"], "p" * 90, None),  # a ustar name prefix
     ],
 )
-def test_fill_takes_plain_samples_and_declines_the_rest(names: list[str], prefix: str, key: str | None) -> None:
+def test_fill_takes_plain_samples_and_declines_the_rest(
+    names: list[str], prefix: str, key: str | None
+) -> None:
     data = _tar(names, prefix)
     got = filled(data, 0, len(data))
     assert (got and got[0]) == key
     if key is not None:
         assert got == python_sample(data, 0, len(data))
-        assert sum(map(len, got[1].values())) == sum(300 + i for i, n in enumerate(names) if n.startswith(key + "."))
+        assert sum(map(len, got[1].values())) == sum(
+            300 + i for i, n in enumerate(names) if n.startswith(key + ".")
+        )
     sample = {"jpg": b"stale"}
-    assert COMPILED.fill(sample, bytes(data[:-512]), 0, len(data) - 512) is None  # a range that does not chain
+    assert (
+        COMPILED.fill(sample, bytes(data[:-512]), 0, len(data) - 512) is None
+    )  # a range that does not chain
 
 
 def test_env_var_forces_python() -> None:

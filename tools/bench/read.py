@@ -98,6 +98,9 @@ class Section:
     figures: dict[str, Figure] = field(default_factory=dict)
     skipped: str | None = None
     note: str = ""
+    #: For S3 on the bare local server: the most any concurrency can gain over one by one here, when
+    #: every request costs CPU (client + server) that 2 cores must share (see ``cpu_bound``).
+    bound: dict[str, float] | None = None
 
     def ratio(self, a: str, b: str, clock: str = "wall") -> float | None:
         if a in self.figures and b in self.figures:
@@ -294,7 +297,9 @@ def bench_position(
             assert theirs["__key__"] == ours["__key__"], (p, theirs["__key__"], ours["__key__"])
             assert parts_of(theirs) == parts_of(ours), f"position {p}: Energon and shardstore differ"
     payload = sum(sample_bytes(ds[p]) for p in positions)
-    return measure_against_floor(sec, positions, ds.__getitem__, payload, ranges, reader, repeat, energon_repeat)
+    return measure_against_floor(
+        sec, positions, ds.__getitem__, payload, ranges, reader, repeat, energon_repeat
+    )
 
 
 def bench_key(
@@ -413,6 +418,7 @@ def bench_s3(ds: shardstore.Dataset, seed: int, repeat: int) -> list[Section]:
             return [Section("s3", skipped=why), Section("s3_delay", skipped=why)]
         note = "local S3 server (rclone), direct"
         sections = [_s3_section("s3", url, srv.storage_options(), ds, seed, repeat, note, repeat)]
+        sections[0].bound = cpu_bound(sections[0], srv.pid, url, srv.storage_options(), ds, seed)
         proxy = stack.enter_context(delayproxy.delay_proxy(srv.endpoint, S3_DELAY_MS, process=True))
         note = f"local S3 server through a proxy adding {S3_DELAY_MS} ms each way"
         sections.append(
@@ -449,6 +455,43 @@ def _s3_section(
         ],
     )
     return sec
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_bound(
+    sec: Section, server_pid: int, url: str, options: dict[str, Any], local: shardstore.Dataset, seed: int
+) -> dict[str, float]:
+    """The most ``get_many`` can gain over the one-by-one loop on this machine, when the server
+    answers at once (loopback, no network latency): a request then costs only CPU, the client's
+    and the server's, and concurrency can at best spread that CPU over the cores. One more
+    one-by-one run measures both (this process's CPU and the server process's, from /proc); the
+    bound is the one-by-one wall time per sample over (CPU per sample / cores)."""
+    ds = shardstore.open(url, split=local.split, storage_options=options)
+    rng = random.Random(seed + 1)
+    positions = [rng.randrange(len(ds)) for _ in range(S3_SAMPLES)]
+    ds.get_many(positions[:8])  # index files fetched, shards checked: as in the timed runs
+    c0, s0, t0 = time.process_time(), _process_cpu(server_pid), time.perf_counter()
+    for p in positions:
+        ds[p]
+    t1, c1, s1 = time.perf_counter(), time.process_time(), _process_cpu(server_pid)
+    n, cpus = len(positions), os.cpu_count() or 1
+    cpu_ms = ((c1 - c0) + (s1 - s0)) / n * 1e3
+    wall_ms = (t1 - t0) / n * 1e3
+    return {
+        "one_by_one_ms": round(wall_ms, 3),
+        "client_cpu_ms": round((c1 - c0) / n * 1e3, 3),
+        "server_cpu_ms": round((s1 - s0) / n * 1e3, 3),
+        "cpus": cpus,
+        "max_gain": round(wall_ms / (cpu_ms / cpus), 2),
+        "get_many_share_of_max": round(
+            (sec.ratio("get_many", "one_by_one") or 0) / (wall_ms / (cpu_ms / cpus)), 3
+        ),
+    }
 
 
 # ----- report ----------------------------------------------------------------------------------------
@@ -494,6 +537,14 @@ def print_report(meta: dict[str, Any], sections: dict[str, Section], checks: lis
         for fig in sec.figures.values():
             print(
                 f"  {fig.name:<13}{fig.per_s:>14,.0f}{fig.rate('cpu'):>14,.0f}{fig.mb_per_s:>13,.1f}  {fig.runs}"
+            )
+        if sec.bound:
+            b = sec.bound
+            print(
+                f"  CPU bound: one by one takes {b['one_by_one_ms']:.2f} ms a sample, of which CPU "
+                f"{b['client_cpu_ms']:.2f} ms here + {b['server_cpu_ms']:.2f} ms in the server, on {b['cpus']} CPUs: "
+                f"no concurrency can gain more than {b['max_gain']:.1f}x; get_many gets "
+                f"{b['get_many_share_of_max'] * 100:.0f}% of that"
             )
     print("\n## ratios: wall, CPU (target)")
     for c in checks:
@@ -584,6 +635,7 @@ def main() -> None:
                         k: {
                             "note": s.note,
                             "skipped": s.skipped,
+                            "bound": s.bound,
                             "figures": {n: f.as_dict() for n, f in s.figures.items()},
                         }
                         for k, s in sections.items()
