@@ -247,7 +247,7 @@ def test_a_server_that_never_answers_fails_the_request_instead_of_hanging(op: st
 def test_an_upload_the_server_stops_reading_fails_instead_of_hanging(monkeypatch: pytest.MonkeyPatch) -> None:
     """aiohttp has no timeout on writing a body: a peer that stops reading would stall an upload
     for good. A body must go out at ``S3_MIN_UPLOAD_RATE`` on average (made fast here)."""
-    import shardstore.storage as storage_module
+    import shardstore.storage.remote as storage_module
 
     monkeypatch.setattr(storage_module, "S3_MIN_UPLOAD_RATE", 16 << 20)  # 8 MiB: 0.5 s more
     peer = SilentPeer(reads=False)
@@ -307,7 +307,7 @@ def faulty(s3_server: Any, s3_url: Any) -> Iterator[tuple[DelayProxy, FsspecStor
 @pytest.fixture
 def backoffs(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The waits shardstore's retry loop makes (recorded, then really waited)."""
-    import shardstore.storage as storage_module
+    import shardstore.storage.remote as storage_module
 
     waits: list[float] = []
     real_sleep = time.sleep

@@ -1,0 +1,183 @@
+"""A local folder as ``Storage``: ``os.pread`` on file descriptors kept open per process."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat as stat_module
+import tempfile
+import threading
+import uuid
+import weakref
+from typing import IO, Any
+
+from ..errors import StorageError
+from .base import ByteRange, FileStat, Storage, _not_found
+
+_UMASK = os.umask(0o22)
+os.umask(_UMASK)
+
+
+#: Every live ``LocalStorage``, so a forked child opens its own descriptors (see ``_fd``) without
+#: each read paying for an ``os.getpid()`` check.
+_LOCAL_STORAGES: weakref.WeakSet[LocalStorage] = weakref.WeakSet()
+
+
+def _reopen_after_fork() -> None:
+    for storage in list(_LOCAL_STORAGES):
+        storage._fds, storage._lock, storage._pid = {}, threading.Lock(), os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reopen_after_fork)
+
+
+class LocalStorage(Storage):
+    """A local folder: ``os.pread`` on file descriptors kept open per process."""
+
+    def __init__(self, root: str) -> None:
+        if root.startswith("file://"):
+            root = root[len("file://") :]
+        self.root = os.path.abspath(root)
+        self._fds: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        _LOCAL_STORAGES.add(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["root"])  # type: ignore[misc]
+
+    def _abs(self, path: str) -> str:
+        return os.path.join(self.root, path) if path else self.root
+
+    def local_path(self, path: str) -> str | None:
+        return self._abs(path)
+
+    def _fd(self, path: str) -> int:
+        """The cached descriptor of ``path``. A forked child starts with none (``_reopen_after_fork``):
+        the parent's may be closed or replaced under it, and its lock may be held."""
+        fd = self._fds.get(path)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(path)
+                if fd is None:
+                    try:
+                        fd = os.open(self._abs(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                    except FileNotFoundError:
+                        raise _not_found(self._abs(path)) from None
+                    except OSError as e:
+                        raise StorageError(f"cannot open: {e.strerror}", path=self._abs(path)) from e
+                    self._fds[path] = fd
+        return fd
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+    def _forget(self, path: str) -> None:
+        """Close the cached descriptor of ``path``: it is being replaced or removed."""
+        if self._pid != os.getpid():
+            return
+        with self._lock:
+            fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def stat(self, path: str) -> FileStat:
+        try:
+            st = os.stat(self._abs(path))
+        except FileNotFoundError:
+            raise _not_found(self._abs(path)) from None
+        if stat_module.S_ISDIR(st.st_mode):
+            raise _not_found(self._abs(path))
+        return FileStat(size=st.st_size, mtime=st.st_mtime)
+
+    def read_range(self, path: str, rng: ByteRange) -> bytes:
+        return self.read_at(path, rng.offset, rng.size)
+
+    def read_at(self, path: str, offset: int, size: int) -> bytes:
+        fd = self._fd(path)
+        try:
+            data = os.pread(fd, size, offset)
+        except OSError as e:
+            raise StorageError(f"read of {size} bytes failed: {e.strerror}", path=self._abs(path), offset=offset) from e
+        if len(data) != size:
+            raise StorageError(
+                f"short read: wanted {size} bytes, file ends after {len(data)} (truncated since prepare?)",
+                path=self._abs(path),
+                offset=offset,
+            )
+        return data
+
+    def list(self, suffixes: tuple[str, ...] = ()) -> list[str]:
+        found = []
+        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=True):
+            dirnames[:] = [d for d in dirnames if d != ".nv-meta"]
+            rel = os.path.relpath(dirpath, self.root)
+            for name in filenames:
+                if not suffixes or name.endswith(suffixes):
+                    found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+        return sorted(found)
+
+    def open(self, path: str) -> IO[bytes]:
+        try:
+            return open(self._abs(path), "rb")
+        except FileNotFoundError:
+            raise _not_found(self._abs(path)) from None
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(self._abs(path))
+
+    def remove(self, path: str) -> None:
+        self._forget(path)
+        try:
+            os.unlink(self._abs(path))
+        except FileNotFoundError:
+            pass
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        self._forget(path)
+        target = self._abs(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".tmp-", suffix="-" + os.path.basename(target))
+        try:
+            os.fchmod(fd, 0o666 & ~_UMASK)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+
+    def put_file(self, local_path: str, path: str) -> None:
+        """Move ``local_path`` into place (the local file is consumed, as by ``FsspecStorage``)."""
+        self._forget(path)
+        target = self._abs(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.replace(local_path, target)
+        except OSError as e:
+            if e.errno != errno.EXDEV:
+                raise StorageError(f"cannot move {local_path} into place: {e.strerror}", path=target) from e
+            # another filesystem: copy beside the target, then rename (still atomic for readers)
+            tmp = f"{target}.tmp-{uuid.uuid4().hex[:12]}"
+            try:
+                shutil.copyfile(local_path, tmp)
+                os.replace(tmp, target)
+            except BaseException:
+                _unlink_quiet(tmp)
+                raise
+            os.unlink(local_path)
+
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
