@@ -474,10 +474,12 @@ class Dataset:
         return self.info.shards[tar_file_id], ByteRange(offset, size)
 
     def _member(self, name: str) -> tuple[int, int, int]:
-        """(tar_file_id, data offset, size) of member ``key.part``: one indexed query."""
-        kp = split_name(name)
-        hit = self.index.part(*kp) if kp else None
-        if hit is None and kp and not self.index.has_parts:
+        """(tar_file_id, data offset, size) of member ``key.part``: one lookup by name (the
+        name table or an indexed query, ``IndexReader.member``)."""
+        index = self.index
+        hit = index.member(name)
+        kp = split_name(name) if hit is None and not index.has_parts else None
+        if kp:
             shard, rng = self._member_from_headers(name, *kp)
             return self._ids[shard], rng.offset, rng.size
         if hit is None:

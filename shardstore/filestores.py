@@ -126,11 +126,13 @@ class IndexedTarStore(FileStore):
     def _part(self, name: str) -> tuple[int, int, int] | None:
         """(tar_file_id, data offset, size) of the member; for an index without
         ``sample_parts`` (Energon 6), (-1, tar_file_id, sample_index) of its sample instead."""
-        kp = split_name(name) if isinstance(name, str) else None
-        if kp is None:
+        if not isinstance(name, str):
             return None
         if self._has_parts:
-            return self._index.part(*kp)
+            return self._index.member(name)
+        kp = split_name(name)
+        if kp is None:
+            return None
         loc = self._index.locate(kp[0])  # Energon 6: the sample, not the member
         return None if loc is None else (-1, loc.tar_file_id, loc.sample_index)
 
@@ -178,11 +180,10 @@ class IndexedTarStore(FileStore):
         # merge. Written with plain tuples (no ByteRange per name): it should cost no more per
         # name than ``store[name]``.
         names = list(names)
-        part, shards = self._index.part, self._shards
+        member, shards = self._index.member, self._shards
         hits: list[tuple[int, int, int]] = []
         for name in names:
-            kp = split_name(name) if isinstance(name, str) else None
-            hit = part(*kp) if kp is not None else None
+            hit = member(name) if isinstance(name, str) else None
             if hit is None:
                 raise self._missing(name)
             hits.append(hit)
@@ -210,11 +211,11 @@ class IndexedTarStore(FileStore):
         return out
 
     def __getitem__(self, name: str) -> bytes:
-        # The hot path of aux lookups: one indexed query, a set lookup, one read; no object
-        # is built on the way (``_part`` and ``_verify`` written out).
-        kp = split_name(name) if isinstance(name, str) else None
-        if kp is not None and self._has_parts:
-            hit = self._index.part(*kp)
+        # The hot path of aux lookups: one lookup by name (``IndexReader.member``: the name
+        # table, or SQL until it is built), a set lookup, one read; no object is built on the
+        # way (``_part`` and ``_verify`` written out).
+        if self._has_parts and isinstance(name, str):
+            hit = self._index.member(name)
             if hit is not None:
                 shard = self._shards[hit[0]]
                 if shard not in self._verified:
@@ -222,7 +223,7 @@ class IndexedTarStore(FileStore):
                 if self._read_at is not None:  # local: a pread without building a ByteRange
                     return self._read_at(shard, hit[1], hit[2])  # type: ignore[no-any-return]
                 return self.storage.read_range(shard, ByteRange(hit[1], hit[2]))
-        data = self._legacy(name) if kp is not None and not self._has_parts else None
+        data = self._legacy(name) if not self._has_parts and isinstance(name, str) and split_name(name) else None
         if data is None:
             raise self._missing(name)
         return data
