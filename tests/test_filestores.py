@@ -19,6 +19,15 @@ from shardstore.filestores import FolderStore, IndexedTarStore, open_file_store
 IMAGES = 50
 
 
+@pytest.fixture(autouse=True, params=["name_table", "sql"])
+def lookups_by(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: lookups by name answered by the name table (built at the first lookup,
+    in a private cache) and by SQL alone (tests/test_name_table.py covers the table itself)."""
+    monkeypatch.setenv("SHARDSTORE_CACHE", str(tmp_path / "name-cache"))
+    monkeypatch.setenv("SHARDSTORE_NAME_TABLE_AFTER", "0" if request.param == "name_table" else "-1")
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def aux_tar(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """50 members images/00000.jpg .. over 3 shards; split 1,1,1 so each split holds one shard."""
