@@ -13,7 +13,7 @@ help:
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
 
-$(VENV)/.installed: pyproject.toml setup.py shardstore/_tarwalk.c
+$(VENV)/.installed: pyproject.toml setup.py shardstore/_tarwalk.c shardstore/_fusefast.c
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: the CPU wheel on this machine's disk, never a CUDA build from the index

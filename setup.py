@@ -1,10 +1,17 @@
-"""Build of the optional compiled header walk (``shardstore/_tarwalk.c``); everything else is in
-pyproject.toml.
+"""Build of the optional compiled header walk (``shardstore/_tarwalk.c``) and mount hot paths
+(``shardstore/_fusefast.c``); everything else is in pyproject.toml.
 
-The extension is ``optional``: where no C compiler or Python headers exist, the build warns and
-the install goes on without it, and ``shardstore.tarscan`` uses its pure-Python walker.
+The extensions are ``optional``: where no C compiler or Python headers exist, the build warns and
+the install goes on without them, and ``shardstore.tarscan`` and ``shardstore.mount_fs`` use their
+pure-Python paths.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("shardstore._tarwalk", ["shardstore/_tarwalk.c"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("shardstore._tarwalk", ["shardstore/_tarwalk.c"], optional=True),
+        # the mount's compiled listing and open/read paths; without it shardstore.mount_fs runs them in Python
+        Extension("shardstore._fusefast", ["shardstore/_fusefast.c"], optional=True),
+    ]
+)

@@ -104,10 +104,14 @@ def _fuse_library() -> str:
     return path
 
 
-def serve(url: str, mountpoint: str, layout: str = "flat", storage_options: dict[str, Any] | None = None) -> None:
+def serve(
+    url: str, mountpoint: str, layout: str = "flat", storage_options: dict[str, Any] | None = None,
+    direct_io_min: int | None = None,
+) -> None:
     """Mount ``url`` at ``mountpoint`` and serve requests in this process until it is unmounted.
 
     Opens the dataset (and its index) first, so every error is raised before anything is mounted.
+    ``direct_io_min``: see ``mount``.
     """
     tree = open_tree(url, layout, storage_options)
     _fuse_library()
@@ -115,9 +119,9 @@ def serve(url: str, mountpoint: str, layout: str = "flat", storage_options: dict
         import mfusepy
     except (ImportError, OSError) as e:
         raise MissingExtraError(f"mounting needs mfusepy and libfuse3: pip install 'shardstore[mount]' ({e})") from e
-    from .mount_fs import ShardFS, fuse_class
+    from .mount_fs import DIRECT_IO_MIN, ShardFS, fuse_class
 
-    fs = ShardFS(tree)
+    fs = ShardFS(tree, DIRECT_IO_MIN if direct_io_min is None else direct_io_min)
     log.info("serving %s at %s (%s layout)", url, mountpoint, layout)
     threads: dict[str, int] = {"max_idle_threads": MAX_THREADS}
     if (mfusepy.fuse_version_major, mfusepy.fuse_version_minor) >= (3, 12):  # older libfuse 3 lacks the option
@@ -125,19 +129,20 @@ def serve(url: str, mountpoint: str, layout: str = "flat", storage_options: dict
     try:
         fuse_class(mfusepy)(
             fs, mountpoint, foreground=True, ro=True, default_permissions=True, fsname="shardstore", subtype="shardstore",
-            **threads,
+            max_read=fs.max_read, **threads,
         )
     except RuntimeError as e:
         raise MountError(f"FUSE failed with code {e}", path=mountpoint) from None
 
 
 def _child_main() -> None:
-    """Entry point of the mount process: ``argv`` = url, mount point, layout."""
+    """Entry point of the mount process: ``argv`` = url, mount point, layout, direct_io_min ("" for
+    the default)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s shardstore mount: %(levelname)s %(message)s")
-    url, mountpoint, layout = sys.argv[1:4]
+    url, mountpoint, layout, direct = sys.argv[1:5]
     options = json.loads(os.environ.pop(_OPTIONS_ENV, "null"))
     try:
-        serve(url, mountpoint, layout, options)
+        serve(url, mountpoint, layout, options, int(direct) if direct else None)
     except ShardstoreError as e:
         print(f"shardstore mount: error: {e}", file=sys.stderr, flush=True)
         sys.exit(1)
@@ -318,6 +323,7 @@ def mount(
     storage_options: dict[str, Any] | None = None,
     *,
     timeout: float = 120.0,
+    direct_io_min: int | None = None,
 ) -> MountHandle:
     """Mount a prepared dataset (path or URL, a ``Dataset``, or a metadataset YAML) read-only.
 
@@ -326,6 +332,12 @@ def mount(
     instead and returns only after it is unmounted. ``layout`` is ``"flat"`` or ``"samples"``.
     Raises ``MountError`` (with the mount process's last log lines) if mounting fails,
     ``ConfigError`` for an unknown layout.
+
+    ``direct_io_min``: members of local datasets at least this many bytes (default 16 MB,
+    ``mount_fs.DIRECT_IO_MIN``) are opened ``direct_io``: large reads run at close to the speed of
+    reading the shard directly, but bypass the mount's page cache (each read is a request, small
+    reads are slow, ``MAP_SHARED`` ``mmap`` fails with ENODEV). 0 keeps every member in the page
+    cache and spares local opens their round trip (the kernel then opens files by itself).
     """
     if layout not in LAYOUTS:
         raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
@@ -341,12 +353,14 @@ def mount(
         raise MountError("already a mount point: unmount it first (`shardstore umount`)", path=mp)
     os.makedirs(mp, exist_ok=True)
     if foreground:
-        serve(url, mp, layout, storage_options)
+        serve(url, mp, layout, storage_options, direct_io_min)
         return MountHandle(mp, None, None)
-    return _spawn(url, mp, layout, storage_options, timeout)
+    return _spawn(url, mp, layout, storage_options, timeout, direct_io_min)
 
 
-def _spawn(url: str, mp: str, layout: str, storage_options: dict[str, Any] | None, timeout: float) -> MountHandle:
+def _spawn(
+    url: str, mp: str, layout: str, storage_options: dict[str, Any] | None, timeout: float, direct_io_min: int | None
+) -> MountHandle:
     env = dict(os.environ)
     env["FUSE_LIBRARY_PATH"] = _fuse_library()
     env[_OPTIONS_ENV] = json.dumps(storage_options)  # the environment, unlike argv, is private to the user
@@ -355,7 +369,8 @@ def _spawn(url: str, mp: str, layout: str, storage_options: dict[str, Any] | Non
     log_path = _log_path(mp)
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen(
-            [sys.executable, "-c", f"{_CHILD_MARK}; _child_main()", url, mp, layout],
+            [sys.executable, "-c", f"{_CHILD_MARK}; _child_main()", url, mp, layout,
+             "" if direct_io_min is None else str(int(direct_io_min))],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, start_new_session=True, close_fds=True,
         )
     deadline = time.monotonic() + timeout

@@ -10,9 +10,14 @@ wrappers on the hot paths):
 - ``getattr`` fills the C ``stat`` directly, behind an LRU of lookups (misses included);
 - ``readdir`` feeds libfuse's filler from the listing cursor, and gives full attributes for a
   listing's first entries when the kernel asks (READDIRPLUS): no LOOKUP for files opened next;
-- local trees answer ``open`` with ENOSYS once, after which the kernel opens files itself (no
-  OPEN/RELEASE round trips); ``read_buf`` hands libfuse the shard's descriptor and offset, and
-  libfuse splices the bytes without Python touching them;
+- local trees answer ``open`` with no handle (reads find the member by path; RELEASE is answered
+  by libfuse alone): members of ``direct_io_min`` bytes or more are opened ``direct_io`` (one copy
+  from the shard's page cache into the reader's buffer instead of two, and one READ per reader's
+  read), smaller ones ``keep_cache`` and ``noflush``. With ``direct_io_min=0`` they answer ENOSYS
+  once instead, after which the kernel opens files itself (no OPEN/RELEASE round trips at all);
+- ``read_buf`` hands libfuse the shard's descriptor and offset, and libfuse splices the bytes
+  without Python touching them; READs are capped (``max_read``) so that libfuse's splice pipe
+  can hold a whole reply (else it falls back to a fresh buffer, a read and a write);
 - on S3 an open file reads ahead in a window that doubles (256 KB to 8 MB) while it is read
   sequentially, the next window fetched in the background;
 - libfuse's worker threads keep their Python thread state (and so their index connection).
@@ -37,8 +42,15 @@ from typing import Any, TypeVar
 from . import nvmeta
 from .dataset import ShardRef
 from .errors import SampleNotFoundError, ShardstoreError
-from .mount_tree import DIR, MultiTree, Node, Tree, not_found
+from .mount_tree import DIR, MultiTree, Node, Page, Tree, not_found
 from .storage import ByteRange, LocalStorage, Storage
+
+try:  # the compiled listing and open/read paths (optional: everything also runs in Python)
+    from . import _fusefast as _fast
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _fast = None  # type: ignore[assignment]
+if os.environ.get("SHARDSTORE_MOUNT_PURE_PYTHON"):  # tests run the Python paths too
+    _fast = None  # type: ignore[assignment]
 
 __all__ = ["ShardFS", "fuse_class"]
 
@@ -62,6 +74,13 @@ _NS = 1_000_000_000
 PLUS_ENTRIES = 4096
 _READDIR_PLUS, _FILL_DIR_PLUS = 1, 2
 _CAP_SPLICE_WRITE = 1 << 7  # libfuse's FUSE_CAP_SPLICE_WRITE
+#: Members at least this big are opened ``direct_io``: a reader's read becomes one READ (up to
+#: ``max_read``) that the kernel copies straight from the shard's page cache into the reader's
+#: buffer, instead of 128 KB read-ahead requests copied into the mount's page cache and from there
+#: again. Smaller members keep the page cache (repeat reads, small reads, ``mmap``).
+DIRECT_IO_MIN = 16 << 20
+_PAGE = 4096
+_PIPE_MAX_SIZE = "/proc/sys/fs/pipe-max-size"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,43 +140,56 @@ class _Listing:
 
     Entry ``i`` (``.`` and ``..`` first) carries offset ``i + 1``; the kernel asks again with the
     offset of the last entry it kept, so paging through never restarts the query; only a
-    ``seekdir`` elsewhere does. An entry the filler refused (buffer full) is offered again.
+    ``seekdir`` elsewhere does. Entries come in pages (``mount_tree.Page``) and are offered a page
+    at a time; those the filler refused (buffer full) are offered again.
     """
 
-    __slots__ = ("factory", "it", "pos", "pending")
+    __slots__ = ("factory", "it", "pos", "page", "start")
 
-    def __init__(self, factory: Callable[[], Iterator[tuple[str, bool]]]) -> None:
+    def __init__(self, factory: Callable[[], Iterator[Page]]) -> None:
         self.factory = factory
-        self.it: Iterator[tuple[str, bool]] | None = None
-        self.pos = 0
-        self.pending: tuple[str, bool] | None = None
+        self.it: Iterator[Page] | None = None
+        self.pos = 0  # entries handed over so far
+        self.page: Page = ([], b"")  # the current page, from entry ``start`` on
+        self.start = 0
 
     def seek(self, offset: int) -> None:
         if self.it is not None and offset == self.pos:
             return
-        self.it = itertools.chain(((".", True), ("..", True)), self.factory())
-        self.pos, self.pending = 0, None
-        for _ in itertools.islice(self.it, offset):
-            self.pos += 1
+        self.it = itertools.chain(iter([([".", ".."], b"\x01\x01")]), self.factory())
+        self.pos, self.page, self.start = 0, ([], b""), 0
+        while self.pos < offset:
+            if self.start >= len(self.page[0]) and not self._next():
+                return
+            step = min(offset - self.pos, len(self.page[0]) - self.start)
+            self.pos += step
+            self.start += step
 
-    def fill(self, add: Callable[[str, bool, int], int], on_dir: Callable[[str], None]) -> None:
-        """Offer entries to ``add(name, is_dir, next_offset)`` until it returns non-zero (full)."""
-        it, pos, item = self.it, self.pos, self.pending
-        assert it is not None
-        try:
-            while True:
-                if item is None:
-                    item = next(it, None)
-                    if item is None:
-                        return
-                if add(item[0], item[1], pos + 1):
-                    return
-                if item[1] and pos > 1:
-                    on_dir(item[0])
-                item = None
-                pos += 1
-        finally:
-            self.pos, self.pending = pos, item
+    def _next(self) -> bool:
+        assert self.it is not None
+        page = next(self.it, None)
+        if page is None:
+            return False
+        self.page, self.start = page, 0
+        return True
+
+    def fill(self, add: Callable[[list[str], bytes, int], int], on_dir: Callable[[str], None]) -> None:
+        """Offer pages to ``add(names, dirs, first_offset)``, which returns how many entries it
+        took, until it takes fewer than offered (full) or the listing ends."""
+        while True:
+            if self.start >= len(self.page[0]) and not self._next():
+                return
+            names, dirs = self.page
+            rest, rest_dirs = names[self.start :], dirs[self.start :]
+            taken = add(rest, rest_dirs, self.pos + 1)
+            if b"\x01" in rest_dirs[:taken]:
+                for name, is_dir in zip(rest[:taken], rest_dirs[:taken], strict=True):
+                    if is_dir and name not in (".", ".."):
+                        on_dir(name)
+            self.pos += taken
+            self.start += taken
+            if taken < len(rest):
+                return
 
 
 class _LocalFile:
@@ -260,12 +292,37 @@ def _new_bufvec(size: int) -> _BufVec:
     return vec
 
 
+def max_read(pipe_max_size: int | None = None) -> int:
+    """The largest READ to ask the kernel for: the largest power of two up to 1 MB whose reply
+    libfuse can splice.
+
+    libfuse splices a reply from a descriptor through a pipe it sizes to the reply plus three
+    pages, which ``F_SETPIPE_SZ`` rounds up to a power of two pages; past
+    ``/proc/sys/fs/pipe-max-size`` (1 MB by default; CAP_SYS_RESOURCE would lift it) that fails,
+    and libfuse reads the range into a fresh buffer and writes it instead, for good on that
+    thread: two more copies and a page fault per page. So a 1 MB READ never splices by default.
+    """
+    if pipe_max_size is None:
+        try:
+            with open(_PIPE_MAX_SIZE, "rb") as f:
+                pipe_max_size = int(f.read())
+        except (OSError, ValueError):
+            pipe_max_size = 1 << 20
+    size = 1 << 20
+    while size > 32 * _PAGE:
+        pages = -(-(size + 3 * _PAGE + 16) // _PAGE)
+        if _PAGE << (pages - 1).bit_length() <= pipe_max_size:
+            break
+        size //= 2
+    return size
+
+
 class ShardFS:
     """The mount's operations (mfusepy calls them; ``FastFUSE`` calls the ``*_into`` ones)."""
 
     use_ns = True
 
-    def __init__(self, tree: Tree | MultiTree) -> None:
+    def __init__(self, tree: Tree | MultiTree, direct_io_min: int = DIRECT_IO_MIN) -> None:
         self.tree = tree
         self.cache = _LRU(CACHE_SIZE)
         self.files: dict[int, _LocalFile | _RemoteFile] = {}
@@ -274,7 +331,18 @@ class ShardFS:
         self.pool = ThreadPoolExecutor(8, thread_name_prefix="shardstore-readahead")
         self.fds: dict[tuple[int, int], int] = {}  # (tree, shard) -> descriptor of a local shard
         self.fd_lock = threading.Lock()
-        self.zero_open = all(isinstance(t.dataset.storage, LocalStorage) for t in tree.all_trees())
+        #: local shards: reads find the member by path, no per-open state
+        self.by_path = all(isinstance(t.dataset.storage, LocalStorage) for t in tree.all_trees())
+        self.direct_io_min = max(0, direct_io_min)
+        #: OPEN, READ and RELEASE of local members answered in C (``_fusefast``), from a table of
+        #: the members the kernel looked up (``stat_into`` registers them)
+        self.c_files = self.by_path and _fast is not None and self.direct_io_min > 0
+        #: else ENOSYS to OPEN: the kernel then never asks again (so nothing is opened direct_io)
+        self.zero_open = self.by_path and not self.c_files
+        self.max_read = max_read()
+        if self.by_path:
+            # no per-open state to drop: libfuse answers RELEASE without calling Python
+            self.release = None  # type: ignore[assignment]
         self.uid, self.gid = os.getuid(), os.getgid()
         self._mtimes: dict[tuple[int, int], int] = {}
         self._default_mtime = time.time_ns()
@@ -366,6 +434,22 @@ class ShardFS:
         sec, nsec = divmod(mtime, _NS)
         for ts in (st.st_mtimespec, st.st_ctimespec, st.st_atimespec):
             ts.tv_sec, ts.tv_nsec = sec, nsec
+        if self.c_files and mode == FILE_MODE:
+            self._register(path)
+
+    def _register(self, path: str) -> None:
+        """Tell the C open where member ``path`` lies: the kernel opens a file only after looking
+        it up, so its OPEN, READs and RELEASE then run without Python. A shard that fails its
+        check is not registered: opening its members goes through Python and fails there."""
+        node = self.node(path)
+        tree = self._source(path)
+        try:
+            self._check_shard(tree, node.shard)
+            fd = self._shard_fd(tree, node.shard)
+        except (ShardstoreError, OSError):
+            return
+        assert _fast is not None
+        _fast.register(path.encode("utf-8", "surrogateescape"), fd, node.offset, node.size, node.size >= self.direct_io_min)
 
     # ----- folders -----------------------------------------------------------------------------------
     @_fuse_op
@@ -373,12 +457,12 @@ class ShardFS:
         if not self.node(path).is_dir:
             raise _Errno(errno.ENOTDIR)
         fh = next(self.handles)
-        self.dirs[fh] = _Listing(functools.partial(self.tree.listdir, path))
+        self.dirs[fh] = _Listing(functools.partial(self.tree.listdir_pages, path))
         return fh
 
     @_fuse_op
-    def readdir_into(self, path: str, fh: int, offset: int, add: Callable[[str, bool, int], int]) -> None:
-        """Page ``offset`` of open folder ``fh`` into libfuse's buffer via ``add``."""
+    def readdir_into(self, path: str, fh: int, offset: int, add: Callable[[list[str], bytes, int], int]) -> None:
+        """Page ``offset`` of open folder ``fh`` into libfuse's buffer via ``add`` (see ``_Listing.fill``)."""
         listing = self.dirs.get(fh)
         if listing is None:
             raise _Errno(errno.EBADF)
@@ -391,9 +475,10 @@ class ShardFS:
         """mfusepy's generic path (``FastFUSE`` uses ``readdir_into``)."""
         out: list[tuple[str, int, int]] = []
 
-        def add(name: str, is_dir: bool, off: int) -> int:
-            out.append((name, DIR_MODE if is_dir else FILE_MODE, off))
-            return len(out) >= 256
+        def add(names: list[str], dirs: bytes, first: int) -> int:
+            take = min(len(names), 256 - len(out))
+            out.extend((names[i], DIR_MODE if dirs[i] else FILE_MODE, first + i) for i in range(take))
+            return take
 
         self.readdir_into(path, fh, offset, add)
         return iter(out)
@@ -405,10 +490,13 @@ class ShardFS:
 
     # ----- files -------------------------------------------------------------------------------------
     @_fuse_op
-    def open(self, path: str, flags: int) -> int:
-        """Local trees answer ENOSYS: the kernel then opens files itself, without asking again
-        (a zero-message open, no OPEN and RELEASE round trips per file); reads find the member
-        by path. Remote trees keep per-open state for read-ahead."""
+    def open_member(self, path: str, flags: int) -> tuple[int, bool]:
+        """(handle, direct_io) for opening ``path``.
+
+        Local trees give handle 0 (reads find the member by path), ``direct_io`` for members of
+        ``direct_io_min`` bytes or more; with ``direct_io_min=0`` they answer ENOSYS instead: the
+        kernel then opens files itself, without asking again (no OPEN and RELEASE round trips).
+        Remote trees keep per-open state for read-ahead."""
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC):
             raise _Errno(errno.EROFS)
         node = self.node(path)
@@ -418,13 +506,20 @@ class ShardFS:
         self._check_shard(tree, node.shard)
         if self.zero_open:
             raise _Errno(errno.ENOSYS)
+        direct = 0 < self.direct_io_min <= node.size
+        if self.by_path:
+            return 0, direct
         fh = next(self.handles)
         storage = tree.dataset.storage
-        if isinstance(storage, LocalStorage):
+        if isinstance(storage, LocalStorage):  # a metadataset mixing local and remote datasets
             self.files[fh] = _LocalFile(self._shard_fd(tree, node.shard), node)
-        else:
-            self.files[fh] = _RemoteFile(storage, tree.shard_names[node.shard], node, self.pool)
-        return fh
+            return fh, direct
+        self.files[fh] = _RemoteFile(storage, tree.shard_names[node.shard], node, self.pool)
+        return fh, False
+
+    def open(self, path: str, flags: int) -> int:
+        """mfusepy's generic path (``FastFUSE`` uses ``open_member`` and sets the open flags)."""
+        return self.open_member(path, flags)[0]
 
     @staticmethod
     def _check_shard(tree: Tree, tar_file_id: int) -> None:
@@ -449,9 +544,9 @@ class ShardFS:
         f = self.files.get(fh)
         if f is not None:
             return f
-        if not self.zero_open:
+        if not self.by_path:
             raise _Errno(errno.EBADF)
-        node = self.node(path)  # a zero-message open: no handle, the path names the member
+        node = self.node(path)  # no handle: the path names the member
         tree = self._source(path)
         self._check_shard(tree, node.shard)
         return _LocalFile(self._shard_fd(tree, node.shard), node)
@@ -508,8 +603,10 @@ class ShardFS:
 
     def init_with_config(self, conn: Any, config: Any) -> None:
         """Let the kernel keep names, attributes and pages: nothing changes under the mount."""
-        if conn is not None and conn.capable & _CAP_SPLICE_WRITE:
-            conn.want |= _CAP_SPLICE_WRITE  # read replies from a shard's descriptor move by splice()
+        if conn is not None:
+            if conn.capable & _CAP_SPLICE_WRITE:
+                conn.want |= _CAP_SPLICE_WRITE  # read replies from a shard's descriptor move by splice()
+            conn.max_read = self.max_read  # libfuse refuses to start unless it equals the -o max_read
         if config is not None:
             config.entry_timeout = config.attr_timeout = config.negative_timeout = KERNEL_TIMEOUT
             config.kernel_cache = 1
@@ -544,6 +641,8 @@ def fuse_class(mfusepy: Any) -> type:
     """mfusepy's ``FUSE`` with fast ``getattr`` and ``readdir`` (libfuse 3 signatures), whose
     worker threads keep their Python thread state."""
 
+    _HAS_NOFLUSH = any(f[0] == "noflush" for f in mfusepy.fuse_file_info._fields_)
+
     class FastFUSE(mfusepy.FUSE):  # type: ignore[misc, name-defined]
         def _wrapper(self, func: Any, *args: Any, **kwargs: Any) -> Any:
             if _pin_thread_state():
@@ -558,6 +657,23 @@ def fuse_class(mfusepy: Any) -> type:
             self.operations.stat_into(path.decode(self.encoding, self.errors), buf.contents)
             return 0
 
+        def __init__(self, operations: ShardFS, mountpoint: str, **kwargs: Any) -> None:
+            if not operations.c_files:
+                super().__init__(operations, mountpoint, **kwargs)
+                return
+            real_main = mfusepy.fuse_main_real
+            kept: list[Any] = []
+
+            def main(argc: Any, argv: Any, ops: Any, size: Any, ctx: Any) -> Any:
+                kept.extend(_install_c_files(mfusepy, ops.contents))
+                return real_main(argc, argv, ops, size, ctx)
+
+            mfusepy.fuse_main_real = main  # the one moment the operations table exists
+            try:
+                super().__init__(operations, mountpoint, **kwargs)
+            finally:
+                mfusepy.fuse_main_real = real_main
+
         def readdir_fuse_3(self, path: bytes, buf: Any, filler: Any, offset: int, fip: Any, flags: int) -> int:
             dir_st, file_st, full_st = mfusepy.c_stat(), mfusepy.c_stat(), mfusepy.c_stat()
             dir_st.st_mode, file_st.st_mode = DIR_MODE, FILE_MODE
@@ -568,8 +684,12 @@ def fuse_class(mfusepy: Any) -> type:
             base = folder.rstrip("/")
             ops = self.operations
             plus = flags & _READDIR_PLUS
+            fast = _fast
+            c_args: tuple[int, int, int, int] = (
+                ctypes.cast(filler, ctypes.c_void_p).value or 0, buf or 0, ctypes.addressof(file_st), ctypes.addressof(dir_st),
+            )
 
-            def add(name: str, is_dir: bool, off: int) -> int:
+            def add_one(name: str, is_dir: int, off: int) -> int:
                 if plus and 2 < off <= PLUS_ENTRIES:
                     # with attributes: the kernel then needs no LOOKUP for this name
                     ctypes.memset(full, 0, full_size)
@@ -581,7 +701,58 @@ def fuse_class(mfusepy: Any) -> type:
                         return filler(buf, name.encode(encoding, errors), full, off, _FILL_DIR_PLUS)  # type: ignore[no-any-return]
                 return filler(buf, name.encode(encoding, errors), kinds[is_dir], off, 0)  # type: ignore[no-any-return]
 
+            def add(names: list[str], dirs: bytes, first: int) -> int:
+                i, n = 0, len(names)
+                if plus or fast is None:  # the entries given attributes, one call each
+                    end = n if fast is None else min(n, max(0, PLUS_ENTRIES + 1 - first))
+                    while i < end:
+                        if add_one(names[i], dirs[i], first + i):
+                            return i
+                        i += 1
+                if i < n and fast is not None:  # names only: the whole rest of the page in one C call
+                    filler_address, buf_address, file_address, dir_address = c_args
+                    encoded = [name.encode(encoding, errors) for name in names[i:]]
+                    i += fast.fill(filler_address, buf_address, encoded, dirs[i:], first + i, file_address, dir_address)
+                return i
+
             ops.readdir_into(folder, fip.contents.fh, offset, add)
             return 0
 
+        def open(self, path: bytes, fip: Any) -> int:
+            fi = fip.contents
+            fi.fh, direct = self.operations.open_member(path.decode(self.encoding, self.errors), fi.flags)
+            if direct:
+                fi.direct_io = 1
+            else:
+                fi.keep_cache = 1  # as the kernel's own open would: the pages stay valid
+            if _HAS_NOFLUSH:
+                fi.noflush = 1  # no FLUSH round trip on close
+            return 0
+
     return FastFUSE
+
+
+def _flag_mask(mfusepy: Any, *names: str) -> int:
+    """The bits of ``fuse_file_info``'s flag word (after ``flags``) that the named fields set."""
+    fi = mfusepy.fuse_file_info()
+    for name in names:
+        if any(f[0] == name for f in fi._fields_):
+            setattr(fi, name, 1)
+    return ctypes.c_uint32.from_buffer(fi, ctypes.sizeof(ctypes.c_int32)).value
+
+
+def _install_c_files(mfusepy: Any, ops: Any) -> list[Any]:
+    """Point libfuse's open, read_buf and release at ``_fusefast``'s, which fall back to the
+    Python callbacks mfusepy put there; returns what must stay alive while the loop runs."""
+    assert _fast is not None
+    kept = [ops.open, ops.read_buf, ops.release]
+    fallbacks = [ctypes.cast(f, ctypes.c_void_p).value or 0 for f in kept]
+    fi = mfusepy.fuse_file_info
+    _fast.configure(
+        fi.fh.offset, ctypes.sizeof(ctypes.c_int32), _flag_mask(mfusepy, "direct_io", "noflush"),
+        _flag_mask(mfusepy, "keep_cache", "noflush"), *fallbacks,
+    )
+    prototypes = {f[0]: f[1] for f in type(ops)._fields_}
+    for name, address in zip(("open", "read_buf", "release"), _fast.addresses(), strict=True):
+        setattr(ops, name, ctypes.cast(ctypes.c_void_p(address), prototypes[name]))
+    return kept

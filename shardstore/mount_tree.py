@@ -21,7 +21,7 @@ file, in listings and lookups alike.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,6 +37,10 @@ BY_SHARD = ".by-shard"
 BY_SPLIT = ".by-split"
 #: Samples per listing query.
 PAGE = 512
+#: Entries per page of a listing (``listdir_pages``): the mount hands a page to libfuse in one call.
+PAGE_ENTRIES = 1024
+#: A page of a listing: names, and one byte per name (1 for a folder).
+Page = tuple[list[str], bytes]
 _SPECIAL = frozenset({BY_SHARD, BY_SPLIT})
 _Extra = TypeVar("_Extra")
 
@@ -70,6 +74,25 @@ class _View:
 def _succ(prefix: str) -> str:
     """The smallest string above every string that starts with ``prefix``."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _paged(entries: Iterable[tuple[str, bool]]) -> Iterator[Page]:
+    """(name, is_dir) entries as pages of ``PAGE_ENTRIES``."""
+    names: list[str] = []
+    dirs = bytearray()
+    for name, is_dir in entries:
+        names.append(name)
+        dirs.append(is_dir)
+        if len(names) >= PAGE_ENTRIES:
+            yield names, bytes(dirs)
+            names, dirs = [], bytearray()
+    if names:
+        yield names, bytes(dirs)
+
+
+def _entries(pages: Iterable[Page]) -> Iterator[tuple[str, bool]]:
+    for names, dirs in pages:
+        yield from zip(names, map(bool, dirs), strict=True)
 
 
 def _valid(name: str) -> bool:
@@ -212,17 +235,20 @@ class Tree:
     # ----- listings --------------------------------------------------------------------------------
     def listdir(self, path: str) -> Iterator[tuple[str, bool]]:
         """(name, is_dir) of the entries of folder ``path``, lazily (without ``.`` and ``..``)."""
+        return _entries(self.listdir_pages(path))
+
+    def listdir_pages(self, path: str) -> Iterator[Page]:
+        """``listdir`` a page at a time (``Page``): the mount feeds libfuse whole pages."""
         comps = [c for c in path.split("/") if c]
         if not comps:
-            yield (BY_SHARD, True)
-            if self.splits:
-                yield (BY_SPLIT, True)
+            specials = [BY_SHARD, BY_SPLIT] if self.splits else [BY_SHARD]
+            yield specials, b"\x01" * len(specials)
             yield from self._list_in(self.root, "", _SPECIAL)
             return
         head = comps[0]
         if head == BY_SPLIT and self.splits:
             if len(comps) == 1:
-                yield from ((name, True) for name in self.splits if _valid(name))
+                yield from _paged((name, True) for name in self.splits if _valid(name))
                 return
             view = self.splits.get(comps[1])
             if view is None:
@@ -235,7 +261,7 @@ class Tree:
                 if tar_file_id is not None:
                     yield from self._list_in(self._shard_view(tar_file_id), "/".join(comps[i:]))
                     return
-            yield from self._list_shard_folder("/".join(comps[1:]) + "/" if len(comps) > 1 else "")
+            yield from _paged(self._list_shard_folder("/".join(comps[1:]) + "/" if len(comps) > 1 else ""))
             return
         yield from self._list_in(self.root, "/".join(comps))
 
@@ -249,12 +275,12 @@ class Tree:
                 yield (name, True)
             i += 1
 
-    def _list_in(self, view: _View, rel: str, hide: frozenset[str] = frozenset()) -> Iterator[tuple[str, bool]]:
+    def _list_in(self, view: _View, rel: str, hide: frozenset[str] = frozenset()) -> Iterator[Page]:
         if self.layout == "flat":
             if not rel and view.shard_order and view.ids:
-                return self._list_shard(view, flat=True)
+                return _paged(self._list_shard(view, flat=True))
             return self._list_flat(view, rel + "/" if rel else "", hide)
-        return self._list_samples(view, rel, hide)
+        return _paged(self._list_samples(view, rel, hide))
 
     def _part_suffixes(self, parts: str) -> tuple[str, ...]:
         """"jpg/txt" -> (".jpg", ".txt"), cached: most samples share one set of part names."""
@@ -274,20 +300,31 @@ class Tree:
             return kp is None or self._member(view, *kp) is None
         return True
 
-    def _list_flat(self, view: _View, prefix: str, hide: frozenset[str]) -> Iterator[tuple[str, bool]]:
-        """Files ``<key>.<part>`` and subfolders under ``prefix``, a page of samples at a time."""
+    def _list_flat(self, view: _View, prefix: str, hide: frozenset[str]) -> Iterator[Page]:
+        """Files ``<key>.<part>`` and subfolders under ``prefix``, a page of samples at a time
+        (the hot path of a big folder's listing: a few list operations per sample)."""
         n = len(prefix)
+        names: list[str] = []
+        dirs = bytearray()
         for key, tar_file_id, parts, slash in _folder_rows(self.index.part_page, prefix, view.ids):
             if slash >= 0:
                 if self._folder_ok(view, prefix, key[n:slash], hide):
-                    yield (key[n:slash], True)
+                    names.append(key[n:slash])
+                    dirs.append(1)
                 continue
             if parts is None or (view.excluded and self._excluded(view, tar_file_id, key)):
                 continue
             rest = key[n:]
-            for suffix in self._part_suffixes(parts):
-                if rest or _valid(suffix):
-                    yield (rest + suffix, False)
+            suffixes = self._part_suffixes(parts)
+            if not rest:
+                suffixes = tuple(suffix for suffix in suffixes if _valid(suffix))
+            names += [rest + suffix for suffix in suffixes]
+            dirs += bytes(len(suffixes))
+            if len(names) >= PAGE_ENTRIES:
+                yield names, bytes(dirs)
+                names, dirs = [], bytearray()
+        if names:
+            yield names, bytes(dirs)
 
     def _list_shard(self, view: _View, flat: bool) -> Iterator[tuple[str, bool]]:
         """A shard's root in tar order (as the shard would extract); each subfolder listed once."""
@@ -378,7 +415,10 @@ class MultiTree:
         return tree.lookup(rest)
 
     def listdir(self, path: str) -> Iterator[tuple[str, bool]]:
+        return _entries(self.listdir_pages(path))
+
+    def listdir_pages(self, path: str) -> Iterator[Page]:
         if not path.strip("/"):
-            return iter([(name, True) for name in self.trees])
+            return _paged([(name, True) for name in self.trees])
         tree, rest = self._inner(path)
-        return tree.listdir(rest)
+        return tree.listdir_pages(rest)
