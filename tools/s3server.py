@@ -49,6 +49,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+import uuid
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -155,7 +156,10 @@ class S3Server:
     key: str = KEY
     secret: str = SECRET
     region: str = REGION
+    #: Processes the server needs besides ``pid`` (rgw: the OSD and the monitor), stopped with it.
+    helper_pids: list[int] = dataclasses.field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False, compare=False)
+    helper_procs: list[subprocess.Popen[bytes]] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @property
     def port(self) -> int:
@@ -191,6 +195,15 @@ class S3Server:
 
         return s3fs.S3FileSystem(**client_options("s3", self.storage_options(endpoint)), skip_instance_cache=True, **kw)
 
+    def client(self, endpoint: str | None = None) -> Any:
+        """A plain synchronous boto3 S3 client for this server: for what s3fs hides (status codes,
+        multipart uploads part by part)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=endpoint or self.endpoint, aws_access_key_id=self.key,
+                            aws_secret_access_key=self.secret, region_name=self.region, config=Config(**CLIENT_CONFIG))
+
     def make_bucket(self, name: str) -> None:
         """Create bucket ``name`` (3+ characters) if it does not exist."""
         fs = self.filesystem()
@@ -207,9 +220,10 @@ class S3Server:
         return url
 
     def alive(self) -> bool:
+        """Every process of the server is running (a server missing one is not usable)."""
         if self.proc is not None:
-            return self.proc.poll() is None
-        return self._is_ours()
+            return all(p.poll() is None for p in (self.proc, *self.helper_procs))
+        return all(self._is_ours(pid) for pid in (self.pid, *self.helper_pids))
 
     def stop(self) -> None:
         """Stop the process (by its pid) and delete the served folder if ``start`` made it.
@@ -219,24 +233,37 @@ class S3Server:
         """
         if self.owner_pid and self.owner_pid != os.getpid():
             return
-        if self.proc is not None or self._is_ours():
+        if self.kind == "rgw":
+            # A throwaway cluster: SIGKILL, since on SIGTERM the memstore OSD first writes all it
+            # holds in RAM to the state folder, which is deleted next anyway.
+            pids = [self.pid, *self.helper_pids]
+            procs = [self.proc, *self.helper_procs] if self.proc is not None else [None] * len(pids)
+            for pid, proc in zip(pids, procs, strict=True):
+                if proc is not None or self._is_ours(pid):
+                    _terminate(pid, proc, sig=signal.SIGKILL)
+        elif self.proc is not None or self._is_ours(self.pid):
             _terminate(self.pid, self.proc)
         if self.owns_root:
             shutil.rmtree(self.root, ignore_errors=True)
         if self.state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
 
-    def _is_ours(self) -> bool:
-        """For a server known only from a state file: is ``pid`` still that server (not a reused pid)?"""
+    def _is_ours(self, pid: int) -> bool:
+        """For a server known only from a state file: is ``pid`` still one of its running processes
+        (not a reused pid, not a zombie)? A Ceph daemon is ours if it reads our ``ceph.conf``."""
         try:
-            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             return False
+        if not _running(pid):
+            return False
+        if self.kind == "rgw":
+            return bool(self.state_dir) and os.fsencode(str(Path(self.state_dir) / "ceph.conf")) in cmdline
         marker = b"serve\x00s3" if self.kind == "rclone" else b"ThreadedMotoServer"
         return marker in cmdline
 
     def to_json(self) -> str:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "proc"}
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("proc", "helper_procs")}
         return json.dumps(data, indent=1)
 
     @classmethod
@@ -244,21 +271,29 @@ class S3Server:
         return cls(**json.loads(text))
 
 
-def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float = 5.0) -> None:
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (exited, waiting for its parent to reap it)."""
     try:
-        os.kill(pid, signal.SIGTERM)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float = 5.0, sig: int = signal.SIGTERM) -> None:
+    try:
+        os.kill(pid, sig)
     except ProcessLookupError:
+        if proc is not None:
+            proc.wait(timeout=5)
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None:
             if proc.poll() is not None:
                 return
-        else:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return
+        elif not _running(pid):
+            return
         time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -317,7 +352,7 @@ def start(
     kind: str = "rclone",
     etag: bool = True,
     detach: bool = False,
-    timeout: float = 20.0,
+    timeout: float | None = None,
     cache_dir: Path = DEFAULT_CACHE,
 ) -> S3Server:
     """Start a server on 127.0.0.1 on a free port; returns once it answers requests.
@@ -327,20 +362,27 @@ def start(
     ``buckets`` are created first. ``etag=False`` (rclone) sends empty ETags instead of MD5s,
     for serving large existing folders without hashing them once. ``detach=True`` lets the server
     outlive this process (for the CLI); otherwise it gets SIGTERM when this process exits.
-    Raises ``Unavailable``.
+    moto and rgw keep objects in memory: ``root`` is only a folder they are given, not served.
+    ``timeout`` (default 20 s, rgw 60 s) bounds the start. Raises ``Unavailable``.
     """
+    if timeout is None:
+        timeout = 60.0 if kind == "rgw" else 20.0
     owns = root is None
     root_path = Path(tempfile.mkdtemp(prefix=f"shardstore-{kind}-")) if root is None else Path(root).resolve()
     root_path.mkdir(parents=True, exist_ok=True)
     try:
         if kind == "rclone":
             server = _start_rclone(root_path, buckets, etag, detach, timeout, cache_dir)
-        elif kind == "moto":
-            server = _start_moto(root_path, detach, timeout)
-            for b in buckets:
-                server.make_bucket(b)
+        elif kind in ("moto", "rgw"):
+            server = _start_moto(root_path, detach, timeout) if kind == "moto" else _start_rgw(root_path, detach, timeout)
+            try:
+                for b in buckets:
+                    server.make_bucket(b)
+            except BaseException:
+                server.stop()
+                raise
         else:
-            raise ValueError(f"unknown server kind {kind!r} (rclone or moto)")
+            raise ValueError(f"unknown server kind {kind!r} (rclone, moto or rgw)")
     except BaseException:
         if owns:
             shutil.rmtree(root_path, ignore_errors=True)
@@ -446,6 +488,177 @@ def _start_moto(root: Path, detach: bool, timeout: float) -> S3Server:
     return S3Server(endpoint=endpoint, root=str(root), pid=proc.pid, kind="moto", log=log, state_dir=str(state), proc=proc)
 
 
+# ----- rgw: Ceph's RADOS Gateway on a throwaway one-node cluster ----------------------------------------
+#: Debian/Ubuntu packages with the binaries below (``make test`` installs them when it runs as root).
+RGW_PACKAGES = ("ceph-mon", "ceph-osd", "radosgw")
+_RGW_BINARIES = ("ceph-authtool", "monmaptool", "ceph-mon", "ceph", "ceph-osd", "radosgw", "radosgw-admin")
+#: RAM the OSD may fill (memstore allocates only what objects use): writes fail once it is full.
+RGW_MEMSTORE_BYTES = 1 << 30
+#: cephx keys and capabilities: one keyring, imported by the monitor when it is made, so every
+#: daemon authenticates. (With cephx off, about 1 start in 3 failed with "wrong fsid".)
+_RGW_KEYS = (
+    ("mon.", ("mon", "allow *")),
+    ("client.admin", ("mon", "allow *", "osd", "allow *", "mgr", "allow *")),
+    ("osd.0", ("mon", "allow profile osd", "osd", "allow *", "mgr", "allow profile osd")),
+    ("client.rgw", ("mon", "allow rw", "osd", "allow rwx", "mgr", "allow rw")),
+)
+
+
+def _rgw_conf(state: Path, fsid: str, mon_port: int, rgw_port: int) -> str:
+    """ceph.conf of a one-monitor, one-OSD cluster whose files all live under ``state``."""
+    return f"""[global]
+fsid = {fsid}
+mon host = 127.0.0.1:{mon_port}
+mon initial members = a
+public addr = 127.0.0.1
+cluster addr = 127.0.0.1
+keyring = {state}/keyring
+run dir = {state}/run
+admin socket = {state}/run/$name.asok
+log file = {state}/log/$name.log
+pid file = {state}/run/$name.pid
+mon data = {state}/mon
+osd data = {state}/osd$id
+# objects in RAM: nothing to format, nothing left on disk
+osd objectstore = memstore
+memstore device bytes = {RGW_MEMSTORE_BYTES}
+# one copy of everything, on one host
+osd pool default size = 1
+osd pool default min size = 1
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd crush chooseleaf type = 0
+mon allow pool size one = true
+mon warn on pool no redundancy = false
+mon data avail warn = 1
+mon data avail crit = 1
+auth allow insecure global id reclaim = false
+# paxos batches changes for 1 s by default: each of the gateway's pool creations then costs ~1 s
+paxos propose interval = 0.05
+paxos min wait = 0.01
+osd max object name len = 460
+osd max object namespace len = 64
+[client.rgw]
+# without tcp_nodelay each small GET waits ~45 ms (Nagle + delayed ACK)
+rgw frontends = beast endpoint=127.0.0.1:{rgw_port} tcp_nodelay=1
+"""
+
+
+def _rgw_env() -> dict[str, str]:
+    """Our environment without CEPH_* variables, which would point the tools at another cluster."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CEPH_")}
+
+
+def _run_ceph_tool(cmd: list[str], state: Path, deadline: float, what: str) -> str:
+    """Run a setup command to the end; its stdout. Fails with ``Unavailable`` naming ``what``."""
+    try:
+        res = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_rgw_env(),
+                             timeout=max(1.0, deadline - time.monotonic()), check=False)
+    except subprocess.TimeoutExpired:
+        raise Unavailable(f"rgw: {what} did not finish in time (logs: {state / 'log'})") from None
+    if res.returncode != 0:
+        tail = " | ".join((res.stderr or res.stdout).strip().splitlines()[-3:])
+        raise Unavailable(f"rgw: {what} failed with code {res.returncode}: {tail}")
+    return res.stdout
+
+
+def _two_free_ports() -> tuple[int, int]:
+    """Ports for the monitor and the gateway, chosen by the kernel (parallel clusters do not clash)."""
+    socks = [socket.socket() for _ in range(2)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return int(socks[0].getsockname()[1]), int(socks[1].getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _start_rgw(root: Path, detach: bool, timeout: float) -> S3Server:
+    """A monitor, a memstore OSD and radosgw, each a child process running in the foreground, with
+    all state in a temporary folder; then the S3 user ``testkey``/``testsecret``. About 2-3 s."""
+    missing = [b for b in _RGW_BINARIES if shutil.which(b) is None]
+    if missing:
+        raise Unavailable(
+            f"Ceph binaries not found: {', '.join(missing)} "
+            f"(apt-get install -y --no-install-recommends {' '.join(RGW_PACKAGES)})"
+        )
+    deadline = time.monotonic() + timeout
+    state = Path(tempfile.mkdtemp(prefix="shardstore-rgw-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for sub in ("mon", "osd0", "run", "log"):
+            (state / sub).mkdir()
+        mon_port, rgw_port = _two_free_ports()
+        fsid = str(uuid.uuid4())
+        conf = state / "ceph.conf"
+        conf.write_text(_rgw_conf(state, fsid, mon_port, rgw_port))
+        c = ["-c", str(conf)]
+        keyring = str(state / "keyring")
+        for i, (name, caps) in enumerate(_RGW_KEYS):
+            cap_args = [a for j in range(0, len(caps), 2) for a in ("--cap", caps[j], caps[j + 1])]
+            create = ["--create-keyring"] if i == 0 else []
+            _run_ceph_tool(["ceph-authtool", keyring, *create, "--gen-key", "-n", name, *cap_args], state, deadline,
+                           f"ceph-authtool {name}")
+        monmap = str(state / "monmap")
+        _run_ceph_tool(["monmaptool", "--create", "--clobber", "--add", "a", f"127.0.0.1:{mon_port}", "--fsid", fsid,
+                        monmap], state, deadline, "monmaptool")
+        _run_ceph_tool(["ceph-mon", *c, "--mkfs", "-i", "a", "--monmap", monmap, "--keyring", keyring], state, deadline,
+                       "ceph-mon --mkfs")
+        procs.append(_spawn_daemon(["ceph-mon", *c, "-f", "-i", "a"], state / "log" / "mon.a.out", detach))
+        # `osd new` waits for the monitor to answer (up to --connect-timeout)
+        left = str(max(1, int(deadline - time.monotonic())))
+        osd_uuid = str(uuid.uuid4())
+        osd_id = _run_ceph_tool(["ceph", *c, "--connect-timeout", left, "osd", "new", osd_uuid], state, deadline,
+                                "ceph osd new").strip()
+        _run_ceph_tool(["ceph-osd", *c, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid], state, deadline,
+                       "ceph-osd --mkfs")
+        procs.append(_spawn_daemon(["ceph-osd", *c, "-f", "-i", osd_id], state / "log" / "osd.out", detach))
+        # The gateway starts at once: its first writes wait in RADOS until the OSD is up.
+        procs.append(_spawn_daemon(["radosgw", *c, "-f", "-n", "client.rgw"], state / "log" / "rgw.out", detach))
+        endpoint = f"http://127.0.0.1:{rgw_port}"
+        _wait_rgw(endpoint, procs, state, deadline)
+        _run_ceph_tool(["radosgw-admin", *c, "user", "create", "--uid=test", "--display-name=test",
+                        f"--access-key={KEY}", f"--secret-key={SECRET}"], state, deadline, "radosgw-admin user create")
+    except BaseException:
+        for proc in reversed(procs):
+            _terminate(proc.pid, proc, sig=signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)
+        raise
+    mon, osd, rgw = procs
+    return S3Server(endpoint=endpoint, root=str(root), pid=rgw.pid, kind="rgw", log=str(state / "log" / "client.rgw.log"),
+                    state_dir=str(state), helper_pids=[osd.pid, mon.pid], proc=rgw, helper_procs=[osd, mon])
+
+
+def _spawn_daemon(cmd: list[str], out: Path, detach: bool) -> subprocess.Popen[bytes]:
+    """A Ceph daemon in the foreground (``-f``: our child, so we reap it and it dies with us);
+    its own log goes to ``log file``, what it prints to ``out``."""
+    with open(out, "wb") as f:
+        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=_rgw_env(),
+                                start_new_session=detach, preexec_fn=None if detach else _die_with_parent)
+
+
+def _wait_rgw(endpoint: str, procs: list[subprocess.Popen[bytes]], state: Path, deadline: float) -> None:
+    """Until the gateway answers HTTP; fails at once if a daemon exits."""
+    while True:
+        for proc in procs:
+            if proc.poll() is not None:
+                name = Path(str(proc.args[0])).name  # type: ignore[index]
+                outs = sorted((state / "log").glob("*.out"))
+                raise Unavailable(f"rgw: {name} exited with code {proc.returncode}: "
+                                  + " | ".join(f"{o.name}: {_tail(str(o), 2)}" for o in outs))
+        try:
+            with urllib.request.urlopen(endpoint + "/", timeout=1):
+                return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise Unavailable(f"rgw did not answer at {endpoint} in time: "
+                                  f"{_tail(str(state / 'log' / 'client.rgw.log'), 3)}") from None
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def s3_server(
     root: str | os.PathLike[str] | None = None, *, buckets: Sequence[str] = (), kind: str = "rclone", etag: bool = True
@@ -495,8 +708,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
     else:
         for k, v in server.env().items():
             print(f"export {k}={v}")
-        print(f"# {server.kind} serving {server.root} (buckets are its folders), pid {server.pid}; "
-              f"stop: python tools/s3server.py stop", file=sys.stderr)
+        where = f"serving {server.root} (buckets are its folders)" if server.kind == "rclone" else "objects in memory"
+        print(f"# {server.kind} {where}, pid {server.pid}; stop: python tools/s3server.py stop", file=sys.stderr)
     return 0
 
 
@@ -533,7 +746,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = sub.add_parser("start", help="start a server in the background; print export lines (or --json)")
     s.add_argument("--dir", default=None, help="folder to serve; its subfolders are buckets (default: a temp folder)")
     s.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
-    s.add_argument("--kind", choices=("rclone", "moto"), default="rclone")
+    s.add_argument("--kind", choices=("rclone", "moto", "rgw"), default="rclone")
     s.add_argument("--no-etag", action="store_true", help="empty ETags (rclone): no MD5 of existing large files")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=_cmd_start)

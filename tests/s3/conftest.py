@@ -1,4 +1,4 @@
-"""The S3 test server (tools/s3server.py: rclone's ``serve s3`` on 127.0.0.1) and helpers.
+"""The S3 test servers (tools/s3server.py: rclone's ``serve s3``, moto, Ceph's radosgw) and helpers.
 
 One server per test session, one bucket, one prefix per test. When the server cannot be had the
 tests skip and say why; under CI (``CI=true``) they fail instead, since CI must run them.
@@ -46,14 +46,11 @@ def _start(kind: str, tmp: Path) -> s3server.S3Server:
 
 
 @pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3server.S3Server]:
-    """rclone ``serve s3`` with bucket ``shardstore-test``, for the whole session."""
-    cache = tmp_path_factory.mktemp("shardstore-cache")
+def _index_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Index files downloaded from a server stay inside the session's temp (``SHARDSTORE_CACHE``)."""
     old = os.environ.get("SHARDSTORE_CACHE")
-    os.environ["SHARDSTORE_CACHE"] = str(cache)  # downloaded index files stay inside the test's temp
-    server = _start("rclone", tmp_path_factory.mktemp("s3"))
-    yield server
-    server.stop()
+    os.environ["SHARDSTORE_CACHE"] = str(tmp_path_factory.mktemp("shardstore-cache"))
+    yield
     if old is None:
         os.environ.pop("SHARDSTORE_CACHE", None)
     else:
@@ -61,9 +58,26 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3server.S3S
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory, _index_cache: None) -> Iterator[s3server.S3Server]:
+    """rclone ``serve s3`` with bucket ``shardstore-test``, for the whole session."""
+    server = _start("rclone", tmp_path_factory.mktemp("s3"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3server.S3Server]:
     """moto's standalone server (slow, AWS-faithful: 206 answers, AWS error codes)."""
     server = _start("moto", tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def rgw_server(tmp_path_factory: pytest.TempPathFactory, _index_cache: None) -> Iterator[s3server.S3Server]:
+    """Ceph's RADOS Gateway with bucket ``shardstore-test``: production S3 code (206 answers, AWS
+    error codes, multipart ETags). Starting its one-node cluster costs 2-3 s, once per session."""
+    server = _start("rgw", tmp_path_factory.mktemp("rgw"))
     yield server
     server.stop()
 

@@ -1,7 +1,7 @@
-"""``FsspecStorage`` over S3 against the shared conformance suite, on rclone and on moto.
+"""``FsspecStorage`` over S3 against the shared conformance suite, on rclone, moto and Ceph's radosgw.
 
-rclone (the suite's server) answers range GETs with 200 + Content-Range; moto answers 206 and
-uses AWS's error codes: the same assertions must hold on both. Then what only S3 has: the
+rclone (the suite's server) answers range GETs with 200 + Content-Range; moto and radosgw answer
+206 and use AWS's error codes: the same assertions must hold on all three. Then what only S3 has: the
 client defaults shardstore sets, transient faults (through a real fault-injecting proxy) and
 their retry with backoff.
 """
@@ -75,6 +75,23 @@ class TestS3StorageMoto(StorageTests):
     @pytest.fixture
     def make_storage(self, moto_server: Any) -> MakeStorage:
         return _maker(moto_server, "shardstore-test")
+
+
+class TestS3StorageRgw(StorageTests):
+    @pytest.fixture
+    def make_storage(self, rgw_server: Any) -> MakeStorage:
+        return _maker(rgw_server, "shardstore-test")
+
+    def test_a_range_read_is_answered_206(self, storage: FsspecStorage, rgw_server: Any) -> None:
+        """AWS answers a range GET with 206 Partial Content (rclone: 200); shardstore reads the same
+        bytes from either answer."""
+        from storage_conformance import DATA
+
+        bucket, key = storage.url("a.tar")[len("s3://"):].split("/", 1)
+        got = rgw_server.client().get_object(Bucket=bucket, Key=key, Range="bytes=1000-1099")
+        assert got["ResponseMetadata"]["HTTPStatusCode"] == 206
+        assert got["ContentRange"] == f"bytes 1000-1099/{len(DATA)}"
+        assert got["Body"].read() == DATA[1000:1100] == storage.read_range("a.tar", ByteRange(1000, 100))
 
 
 # ----- client defaults -------------------------------------------------------------------------------
