@@ -383,3 +383,52 @@ def test_split_view_hides_the_samples_split_yaml_excludes(fuse: None, tmp_path: 
         assert not (mp / ".by-split" / "val" / name).exists()
         assert (mp / name).exists() and (mp / ".by-shard/shards/part-000002.tar" / name).exists()
         assert ("plain1.txt" if layout == "flat" else "plain1") in os.listdir(mp / ".by-split" / "val")
+
+
+@pytest.mark.parametrize("direct_io_min", [1 << 20, 0])
+def test_large_members_read_back_equal_direct_io_or_cached(
+    mount_data: MountData, mounted: Callable[..., MountHandle], direct_io_min: int
+) -> None:
+    """Members of ``direct_io_min`` bytes or more are opened direct_io (opens answered in C): any
+    read size, offset and the end read back exactly; ``MAP_SHARED`` mmap is refused there (the
+    documented cost), and works on members kept in the page cache."""
+    import mmap
+
+    mp = Path(mounted(mount_data.path, direct_io_min=direct_io_min).mountpoint)
+    big = [m for m in mount_data.members if len(m.data) >= 1 << 20]
+    assert len(big) == 2
+    for m in big:
+        path = mp / mount_data.path_of(m, "flat")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for size in (1 << 20, 4097, 3 << 20):
+                chunks, pos = [], 0
+                while chunk := os.pread(fd, size, pos):
+                    chunks.append(chunk)
+                    pos += len(chunk)
+                assert b"".join(chunks) == m.data, (m.name, size)
+            assert os.pread(fd, 100, len(m.data) - 10) == m.data[-10:]
+            assert os.pread(fd, 100, len(m.data) + 5) == b""
+            if direct_io_min:
+                with pytest.raises(OSError) as e:
+                    mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                assert e.value.errno == errno.ENODEV
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_COPY) as mapped:  # MAP_PRIVATE works
+                    assert mapped[-1000:] == m.data[-1000:]
+            else:
+                with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+                    assert mapped[:] == m.data
+        finally:
+            os.close(fd)
+
+
+def test_pure_python_paths_list_and_read_the_same(
+    mount_data: MountData, mounted: Callable[..., MountHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the compiled helper (``_fusefast``) the mount lists and reads the same."""
+    monkeypatch.setenv("SHARDSTORE_MOUNT_PURE_PYTHON", "1")
+    mp = Path(mounted(mount_data.path).mountpoint)
+    for m in mount_data.members:
+        assert (mp / mount_data.path_of(m, "flat")).read_bytes() == m.data
+    found = sh(f"find {mp} -path '{mp}/.by-*' -prune -o -type f -print | wc -l")
+    assert int(found) == len(mount_data.members)
