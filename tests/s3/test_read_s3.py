@@ -24,6 +24,7 @@ import pytest
 
 import shardstore
 from shardstore.errors import DatasetNotPreparedError, StaleIndexError, StorageError
+from shardstore.storage import open_storage
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from delayproxy import DelayProxy  # noqa: E402
@@ -50,6 +51,11 @@ def _tar_samples(folder: Path) -> list[tuple[str, str, dict[str, bytes]]]:
     return out
 
 
+def _parts(sample: Any) -> dict[str, bytes]:
+    """A sample's parts, without its ``__key__``-style entries."""
+    return {k: v for k, v in sample.items() if not k.startswith("__")}
+
+
 class Prepared:
     """A dataset prepared on S3, its local original, and the server."""
 
@@ -63,18 +69,55 @@ class Prepared:
         return shardstore.open(self.url, split=kw.pop("split", None), storage_options=opts, **kw)
 
 
-def _prepare(server: Any, tmp: Path, shards: int = 3, samples: int = 20) -> Prepared:
+def _prepare(
+    server: Any, tmp: Path, shards: int = 3, samples: int = 20, *, cli: bool = False, part_size: int = 0, **make: Any
+) -> Prepared:
+    """Shards made locally, uploaded (each object in parts of ``part_size`` bytes when given: a
+    real multipart upload), then prepared in place, by the Python API or by ``shardstore prepare``
+    with the server given only through the AWS_* variables (``cli=True``)."""
     local = tmp / f"src{next(_names)}"
-    make_dataset(str(local), shards=shards, samples=samples, seed=7)
-    url = server.upload(local, f"s3://shardstore-test/read-{next(_names)}-{time.monotonic_ns()}")
-    shardstore.prepare(url, storage_options=server.storage_options(), split_ratio="2,1,0", num_workers=2)
+    make_dataset(str(local), shards=shards, samples=samples, seed=7, **make)
+    url = f"s3://shardstore-test/read-{next(_names)}-{time.monotonic_ns()}"
+    if part_size:
+        for shard in sorted(local.rglob("*.tar")):
+            _put_multipart(server, f"{url}/{shard.relative_to(local).as_posix()}", shard.read_bytes(), part_size)
+    else:
+        server.upload(local, url)
+    if cli:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("AWS_")}, **server.env()}
+        res = subprocess.run([sys.executable, "-m", "shardstore.cli", "prepare", url, "--split-ratio", "2,1,0",
+                              "--num-workers", "2", "--non-interactive"], capture_output=True, text=True, env=env,
+                             timeout=120, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+    else:
+        shardstore.prepare(url, storage_options=server.storage_options(), split_ratio="2,1,0", num_workers=2)
     return Prepared(server, local, url)
+
+
+def _put_multipart(server: Any, url: str, data: bytes, part_size: int) -> None:
+    """Upload ``data`` to ``url`` part by part (S3: every part but the last >= 5 MiB). (radosgw 16.2
+    answers CompleteMultipartUpload with an empty ``<ETag>``: a HEAD tells the object's.)"""
+    bucket, key = url[len("s3://"):].split("/", 1)
+    client = server.client()
+    upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    parts = []
+    for number, start in enumerate(range(0, len(data), part_size), 1):
+        body = data[start : start + part_size]
+        etag = client.upload_part(Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body)["ETag"]
+        parts.append({"PartNumber": number, "ETag": etag})
+    client.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": parts})
 
 
 @pytest.fixture(scope="module")
 def prepared(s3_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     """Prepared once for the tests that only read."""
     return _prepare(s3_server, tmp_path_factory.mktemp("read-s3"))
+
+
+@pytest.fixture(scope="module")
+def prepared_rgw(rgw_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """The same dataset on Ceph's radosgw, prepared with the CLI."""
+    return _prepare(rgw_server, tmp_path_factory.mktemp("read-rgw"), cli=True)
 
 
 @pytest.fixture
@@ -84,13 +127,15 @@ def fresh(s3_server: Any, tmp_path: Path) -> Prepared:
 
 
 # ----- every sample, three ways ------------------------------------------------------------------------
-def test_every_sample_by_position_key_and_member(prepared: Prepared) -> None:
+@pytest.mark.parametrize("server", ["rclone", "rgw"])
+def test_every_sample_by_position_key_and_member(server: str, request: pytest.FixtureRequest) -> None:
+    prepared: Prepared = request.getfixturevalue("prepared" if server == "rclone" else "prepared_rgw")
     ds = prepared.open()
     assert len(ds) == len(prepared.expected) == 60
     for i, (shard, key, parts) in enumerate(prepared.expected):
         s = ds[i]
         assert (s["__key__"], s["__shard__"], s["__index__"]) == (key, shard, i)
-        assert {k: v for k, v in s.items() if not k.startswith("__")} == parts
+        assert _parts(s) == parts
         assert ds.get(key) == s
         for part, data in parts.items():
             assert ds.read_file(f"{key}.{part}") == data
@@ -237,6 +282,28 @@ def test_shard_with_other_size_is_stale(fresh: Prepared, s3fs_client: Any) -> No
     with pytest.raises(StaleIndexError) as info:
         ds.get(fresh.expected[-1][1])
     assert shard in str(info.value) and "size" in str(info.value)
+
+
+def test_multipart_shard_replaced_is_stale(rgw_server: Any, tmp_path: Path) -> None:
+    """A shard uploaded in parts has an ETag that is no MD5 of its bytes (``<md5 of the parts'
+    MD5s>-<parts>``): prepare records it, reads accept it, and a same-size replacement (another
+    multipart upload) is caught by the ETag alone."""
+    part = 5 << 20  # AWS's smallest part
+    p = _prepare(rgw_server, tmp_path, shards=1, samples=12, part_size=part, min_kb=460, max_kb=480)
+    shard = p.expected[0][0]
+    data = bytearray((p.local / shard).read_bytes())
+    assert part < len(data) < 2 * part
+    storage = open_storage(p.url, p.options)
+    etag = storage.stat(shard).etag
+    assert etag and etag.endswith("-2")
+    ds = p.open()
+    assert [(s["__key__"], _parts(s)) for s in ds[:]] == [(k, parts) for _, k, parts in p.expected]
+    data[len(data) // 2] ^= 0xFF
+    _put_multipart(rgw_server, f"{p.url}/{shard}", bytes(data), part)
+    assert storage.stat(shard).etag not in (etag, None) and storage.stat(shard).size == len(data)
+    with pytest.raises(StaleIndexError) as info:
+        p.open()[0]
+    assert shard in str(info.value) and "ETag" in str(info.value) and etag in str(info.value)
 
 
 def test_shard_deleted_mid_read(fresh: Prepared, s3fs_client: Any) -> None:

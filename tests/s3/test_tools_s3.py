@@ -110,6 +110,36 @@ def test_moto_kind(moto_server: Any) -> None:
     assert fs.cat_file("shardstore-test/m/x.bin", start=2, end=4) == b"23"
 
 
+def test_cli_rgw_stop_leaves_no_process(tmp_path: Path, rgw_server: Any) -> None:
+    """``start --kind rgw`` from the CLI (the daemons outlive it), then ``stop`` from another
+    process, which knows them only from the state file: monitor, OSD and gateway all gone, and
+    their state folder too."""
+    state = str(tmp_path / "state.json")
+    res = _tool("--state", state, "start", "--kind", "rgw", "--bucket", "made", "--json")
+    assert res.returncode == 0, res.stderr
+    info = json.loads(res.stdout)
+    saved = json.loads(Path(state).read_text())
+    pids = [info["pid"], *saved["helper_pids"]]
+    try:
+        names = sorted(Path(f"/proc/{pid}/comm").read_text().strip() for pid in pids)
+        assert names == ["ceph-mon", "ceph-osd", "radosgw"]
+        assert info["endpoint"] != rgw_server.endpoint  # its own free port, beside the session's server
+        assert _tool("--state", state, "status").returncode == 0
+        import s3fs
+
+        fs = s3fs.S3FileSystem(**info["storage_options"], skip_instance_cache=True)
+        fs.pipe_file("made/x.bin", b"0123456789")
+        assert fs.cat_file("made/x.bin", start=3, end=6) == b"345"
+    finally:
+        res = _tool("--state", state, "stop")
+    assert res.returncode == 0
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+    assert not Path(saved["state_dir"]).exists()
+
+
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown server kind"):
         s3server.start(kind="minio")
