@@ -148,8 +148,8 @@ def test_a_replaced_index_gets_its_own_table(aux: Path) -> None:
     assert store[_names()[3]] == media_bytes("image", 3)
     old = name_tables.name_table_path(store.dataset.index.path)
     # prepared again with other content: sizes and offsets change
-    for tar in (aux / "parts").glob("*.tar*"):
-        tar.unlink()
+    for old_file in (aux / "parts").glob("*.tar*"):
+        old_file.unlink()
     with tarfile.open(aux / "parts" / "x.tar", "w") as tar:
         _add(tar, "images/00003.jpg", b"new three")
         _add(tar, "images/00031.jpg", b"thirty-one")
