@@ -310,10 +310,16 @@ def _terminate(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float = 
         proc.wait(timeout=5)
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGTERM when the process that started us exits (Linux), so no server leaks."""
+def _die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In the child: get ``sig`` when the process that started us exits (Linux), so no server leaks."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+
+
+def _killed_with_parent() -> None:
+    """``_die_with_parent`` with SIGKILL: a Ceph daemon's SIGTERM shutdown takes seconds (the OSD
+    saves its RAM to disk and waits for the monitor, which may be gone already)."""
+    _die_with_parent(signal.SIGKILL)
 
 
 def _wait_answering(endpoint: str, proc: subprocess.Popen[bytes], log: str, timeout: float) -> None:
@@ -644,7 +650,7 @@ def _spawn_daemon(cmd: list[str], out: Path, detach: bool) -> subprocess.Popen[b
     its own log goes to ``log file``, what it prints to ``out``."""
     with open(out, "wb") as f:
         return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=_rgw_env(),
-                                start_new_session=detach, preexec_fn=None if detach else _die_with_parent)
+                                start_new_session=detach, preexec_fn=None if detach else _killed_with_parent)
 
 
 def _wait_rgw(endpoint: str, procs: list[subprocess.Popen[bytes]], state: Path, deadline: float) -> None:

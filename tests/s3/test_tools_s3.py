@@ -88,20 +88,24 @@ def test_cli_start_prints_shell_exports(tmp_path: Path, s3_server: Any) -> None:
     assert not Path(root).exists()  # a temporary folder it made is deleted
 
 
-def test_server_dies_with_its_python_process(tmp_path: Path, s3_server: Any) -> None:
-    code = "import sys; sys.path.insert(0, sys.argv[1]); import s3server; s = s3server.start(); print(s.pid, flush=True); input()"
+@pytest.mark.parametrize("kind", ["rclone", "rgw"])
+def test_server_dies_with_its_python_process(tmp_path: Path, kind: str, request: pytest.FixtureRequest) -> None:
+    """Every process of the server (rgw: monitor, OSD and gateway) goes when its starter is killed."""
+    request.getfixturevalue("s3_server" if kind == "rclone" else "rgw_server")  # skips if it cannot be had
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import s3server; s = s3server.start(kind=sys.argv[2]); "
+            "print(s.pid, *s.helper_pids, flush=True); input()")
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # what the killed process cannot clean up stays here
-    proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tools")], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-c", code, str(ROOT / "tools"), kind], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
-    pid = int(proc.stdout.readline())
-    assert _alive(pid)
+    pids = [int(p) for p in proc.stdout.readline().split()]
+    assert len(pids) == (1 if kind == "rclone" else 3) and all(_alive(pid) for pid in pids)
     proc.send_signal(signal.SIGKILL)  # no cleanup code runs: the kernel's parent-death signal must
     proc.wait()
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
+    assert not any(_alive(pid) for pid in pids)
 
 
 def test_moto_kind(moto_server: Any) -> None:
