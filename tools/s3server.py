@@ -599,7 +599,7 @@ def _start_rgw(root: Path, detach: bool, timeout: float) -> S3Server:
             f"(apt-get install -y --no-install-recommends {' '.join(RGW_PACKAGES)})"
         )
     deadline = time.monotonic() + timeout
-    state = Path(tempfile.mkdtemp(prefix="shardstore-rgw-"))
+    state = Path(tempfile.mkdtemp(prefix="shardstore-rgw-state-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
         for sub in ("mon", "osd0", "run", "log"):
