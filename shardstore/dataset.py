@@ -33,7 +33,7 @@ from .index.sqlite import IndexReader, SampleLocation
 from .index.taridx import read_offsets
 from .keys import split_name
 from .samples import Sample
-from .storage import ByteRange, Storage, open_storage
+from .storage import ByteRange, Storage, cache_root, open_storage
 from .tarscan import fill_plain_sample, plain_members, regular_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
@@ -56,10 +56,6 @@ class SampleRef:
     index: int
     range: ByteRange
     position: int | None
-
-
-def _cache_root() -> str:
-    return os.environ.get("SHARDSTORE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "shardstore"))
 
 
 class Dataset:
@@ -194,7 +190,7 @@ class Dataset:
             return local
         # Keyed by URL and uuid: two datasets never share a cache entry, even without an index.uuid.
         key = hashlib.sha1(f"{self.storage.url()}\0{self.uuid}".encode()).hexdigest()[:20]
-        cache = os.path.join(_cache_root(), key, rel.replace("/", "%2F"))
+        cache = os.path.join(cache_root(), key, rel.replace("/", "%2F"))
         if not os.path.exists(cache):
             os.makedirs(os.path.dirname(cache), exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))

@@ -31,6 +31,7 @@ OPTIONAL = ("s3fs", "boto3", "aiobotocore", "torch", "mfusepy", "fuse", "PIL", "
 STAGES = {
     "errors": 0,
     "_tarwalk": 0,  # the optional compiled header walk (_tarwalk.c): imports nothing
+    "_fusefast": 0,  # the optional compiled FUSE read/list helper (_fusefast.c): imports nothing
     "storage": 1,
     "tarscan": 2,
     "keys": 2,

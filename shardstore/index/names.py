@@ -40,11 +40,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..keys import split_name
+from ..storage import cache_root
 
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["NameTable", "build_name_table", "name_table_path", "open_name_table", "cache_root"]
+__all__ = ["NameTable", "build_name_table", "name_table_path", "open_name_table"]
 
 _MAGIC = b"SSNAMES\x00"
 _VERSION = 1
@@ -60,11 +61,6 @@ _PAGE = 16384
 
 #: A lookup result: (tar_file_id, data offset, size).
 Hit = tuple[int, int, int]
-
-
-def cache_root() -> str:
-    """Where derived local files live (the same folder as the remote index cache)."""
-    return os.environ.get("SHARDSTORE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "shardstore"))
 
 
 def _identity(index_path: str) -> bytes:

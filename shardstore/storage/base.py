@@ -163,6 +163,12 @@ def _not_found(path: str) -> StorageError:
     return err
 
 
+def cache_root() -> str:
+    """Where shardstore keeps local files derived from datasets (downloaded indexes, name
+    tables): ``$SHARDSTORE_CACHE``, else ``~/.cache/shardstore``."""
+    return os.environ.get("SHARDSTORE_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "shardstore"))
+
+
 def scratch_path(suffix: str = "") -> str:
     """A fresh local temporary file name (not created), for building files before upload."""
     return os.path.join(tempfile.gettempdir(), f"shardstore-{uuid.uuid4().hex}{suffix}")
