@@ -197,6 +197,27 @@ def test_concurrent_builders_make_one_table(aux: Path, cache: Path) -> None:
     assert len(files) == 2 and files[1] == files[0] + ".lock"  # no temporary file left behind
 
 
+def test_lookups_do_not_wait_for_another_builder(aux: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another process builds the table (holds its lock), lookups go on by SQL at once; the
+    next check after the table is there opens it."""
+    import fcntl
+
+    monkeypatch.setenv("SHARDSTORE_NAME_TABLE_AFTER", "4")
+    store = IndexedTarStore(str(aux))
+    path = name_tables.name_table_path(store.dataset.index.path)
+    os.makedirs(os.path.dirname(path))
+    fd = os.open(path + ".lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a builder in another process would (flock is per open file)
+    try:
+        assert [store[n] for n in _names()[:9]] == [media_bytes("image", i) for i in range(9)]
+        assert store.dataset.index._find is None and not os.path.exists(path)
+    finally:
+        os.close(fd)
+    assert IndexReader(store.dataset.index.path).use_name_table()  # the other builder finishes
+    assert [store[n] for n in _names()[9:12]] == [media_bytes("image", i) for i in range(9, 12)]
+    assert store.dataset.index._find is not None  # picked up at the 12th lookup
+
+
 def test_unusable_cache_falls_back_to_sql(
     aux: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -126,13 +126,17 @@ def _finder(mm: mmap.mmap, mask: int, slots_off: int, entries_off: int) -> Calla
     return find
 
 
-def open_name_table(index_path: str, connect: Callable[[], sqlite3.Connection], build: bool) -> NameTable:
+def open_name_table(
+    index_path: str, connect: Callable[[], sqlite3.Connection], build: bool, wait: bool = True
+) -> NameTable:
     """The name table of ``index_path`` from the cache, built first when missing and ``build``
     (``connect`` opens a connection to the index for that). Raises ``FileNotFoundError`` when
-    it is missing and not to be built; ``OSError`` when the cache cannot be written.
+    it is missing and not to be built (or, without ``wait``, while another process builds it);
+    ``OSError`` when the cache cannot be written.
 
     Processes that want the same table build it once: the builder holds an exclusive lock on
-    ``<table>.lock``, the others wait on it and then open what it wrote.
+    ``<table>.lock``; the others wait on it and then open what it wrote, or, without ``wait``,
+    go on without the table (DataLoader workers keep answering by SQL while one of them builds).
     """
     path = name_table_path(index_path)
     try:
@@ -145,7 +149,9 @@ def open_name_table(index_path: str, connect: Callable[[], sqlite3.Connection], 
             raise FileNotFoundError(path) from None
         os.unlink(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with _exclusive(path + ".lock"):
+    with _exclusive(path + ".lock", wait) as locked:
+        if not locked:
+            raise FileNotFoundError(path)
         if not os.path.exists(path):  # another process may have built it while we waited
             conn = connect()
             try:
@@ -156,17 +162,22 @@ def open_name_table(index_path: str, connect: Callable[[], sqlite3.Connection], 
 
 
 @contextlib.contextmanager
-def _exclusive(lock_path: str) -> Iterator[None]:
-    """An exclusive advisory lock on ``lock_path`` (none where ``fcntl`` is missing)."""
+def _exclusive(lock_path: str, wait: bool = True) -> Iterator[bool]:
+    """An exclusive advisory lock on ``lock_path`` (none where ``fcntl`` is missing); yields
+    False, holding nothing, when another process has it and not ``wait``."""
     try:
         import fcntl
     except ImportError:  # Windows: concurrent builders each write a whole file; the last rename wins
-        yield
+        yield True
         return
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         os.close(fd)
 

@@ -391,13 +391,16 @@ class IndexReader:
         kp = split_name(name)
         hit = self.part(*kp) if kp is not None else None
         n = self._sql_lookups = self._sql_lookups + 1
-        if (n == 1 or n == self._table_after) and self._table_after >= 0:
-            self.use_name_table(build=n >= self._table_after)
+        after = self._table_after
+        if after >= 0 and (n == 1 or n % max(after, 1) == 0):
+            # Every ``after`` lookups: another process may be building it (then: not now).
+            self.use_name_table(build=n >= after, wait=False)
         return hit
 
-    def use_name_table(self, build: bool = True) -> bool:
+    def use_name_table(self, build: bool = True, wait: bool = True) -> bool:
         """Answer ``member`` from the name table from now on: open it from the local cache,
-        building it first when missing and ``build``. Returns whether it is in use.
+        building it first when missing and ``build``. Returns whether it is in use. Without
+        ``wait``, a table another process is building counts as missing (SQL answers meanwhile).
 
         The table is derived from this index file alone (works for Energon's indexes too) and
         lives in the cache folder, never in the dataset. When it cannot be had (no
@@ -417,7 +420,7 @@ class IndexReader:
         with self._table_lock:
             if self._find is None:
                 try:
-                    self._find = open_name_table(self.path, connect, build).find
+                    self._find = open_name_table(self.path, connect, build, wait).find
                 except FileNotFoundError:
                     return False
                 except (OSError, ValueError, sqlite3.Error) as e:
