@@ -30,10 +30,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from multiprocessing.connection import Connection, wait
+from typing import Any, NoReturn, TypeVar
 
 from . import nvmeta
-from .errors import ConfigError, EmptyShardError, StorageError
+from .errors import ConfigError, EmptyShardError, ShardstoreError, StorageError
 from .index.sqlite import IndexWriter, ShardRows
 from .index.taridx import offsets_bytes
 from .keys import group_batches
@@ -48,6 +49,7 @@ __all__ = [
     "parse_split_ratio",
     "parse_split_parts",
     "scan_shard",
+    "WorkerDiedError",
 ]
 
 #: Staging subfolder for the new ``.tar.idx`` files (moved beside their shards at commit).
@@ -228,7 +230,11 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _scan_task(args: tuple[Storage, int, str, str | None]) -> ShardScan:
+#: What a scan task gets: (storage, tar_file_id, shard name, spill path or None).
+_ScanArgs = tuple[Storage, int, str, "str | None"]
+
+
+def _scan_task(args: _ScanArgs) -> ShardScan:
     return scan_shard(*args)
 
 
@@ -248,16 +254,200 @@ def _scans(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str 
         with ThreadPoolExecutor(workers) as threads:
             yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
     else:
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        with multiprocessing.get_context(method).Pool(workers, initializer=_worker_signals) as pool:
-            yield from _in_order(lambda t: pool.apply_async(_scan_task, (t,)).get, tasks, 2 * workers)
+        yield from _process_scans(storage, tasks, workers)
 
 
-def _worker_signals() -> None:
-    """Workers die on SIGTERM at once: a forked worker would otherwise inherit the parent's
-    unwinding handler (``_sigterm_unwinds``), and ``Pool.terminate`` can then hang on a worker
-    that turned the signal into an exception while waiting for the task queue's lock."""
+class WorkerDiedError(ShardstoreError, RuntimeError):
+    """A scan worker process ended while it held a shard (killed by a signal, crashed, exited)."""
+
+
+#: Shards handed to one worker and not yet answered: the one it scans and the next, so it never
+#: waits for the parent between two shards.
+_PER_WORKER = 2
+
+
+@dataclass
+class _Worker:
+    """One scan process and its own pipe: what it was given, in order, and not yet answered."""
+
+    process: Any  # multiprocessing.Process (BaseProcess; the context's class)
+    conn: Connection
+    given: collections.deque[int] = field(default_factory=collections.deque)
+
+
+def _process_scans(storage: Storage, tasks: Sequence[_ScanArgs], workers: int) -> Iterator[ShardScan]:
+    """``_scan_task`` of each task in worker processes, results in task order.
+
+    Not ``multiprocessing.Pool``: its workers share one task queue and one result queue, each
+    guarded by a lock shared between processes, and ``Pool.terminate`` (run whenever the pool is
+    left with scans in flight: a broken shard, a duplicate key, Ctrl-C) kills workers that may
+    hold the result queue's lock or sit blocked writing a result nobody reads any more; its task
+    thread then waits for that lock forever (CPython issues 96995, 73945: the rare hang of
+    prepare under load). A worker that dies is not noticed either: its shard is lost and the
+    parent waits forever. Here each worker has a pipe of its own, the parent hands out shards
+    (at most ``_PER_WORKER`` per worker) and waits on every pipe and every process at once: a
+    worker that ends holding a shard is an error naming the shard and how the process ended,
+    and the end (normal or not) never depends on a lock a killed process may hold.
+    """
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    pool: list[_Worker] = []
+    finished = False
+    try:
+        for _ in range(workers):
+            parent, child = ctx.Pipe()
+            _roomy(parent)
+            _roomy(child)
+            # A forked worker closes the parent's ends of its siblings' pipes, so a worker whose
+            # parent is gone (SIGKILL) reads end-of-file and exits instead of waiting forever.
+            siblings = [w.conn for w in pool] + [parent] if method == "fork" else []
+            process = ctx.Process(  # type: ignore[attr-defined]
+                target=_worker_main, args=(child, siblings), daemon=True, name="shardstore-scan"
+            )
+            process.start()
+            child.close()
+            pool.append(_Worker(process, parent))
+        yield from _hand_out(storage, tasks, pool)
+        finished = True
+    finally:
+        _stop_workers(pool, finished)
+
+
+#: Socket buffer for a worker's pipe: room for its answers (a shard's rows, ~0.4 MB for 4,000
+#: samples), so a worker goes on to its next shard instead of waiting for the parent to read.
+_PIPE_BUFFER = 4 << 20
+
+
+def _roomy(conn: Connection) -> None:
+    """Enlarge the buffers of the socket behind ``conn`` (as far as the kernel allows; on a Unix
+    socket pair the writer's send buffer is what bounds the data in flight)."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    with sock:
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, option, _PIPE_BUFFER)
+
+
+def _hand_out(storage: Storage, tasks: Sequence[_ScanArgs], pool: list[_Worker]) -> Iterator[ShardScan]:
+    """The parent's side of ``_process_scans``: give out shards, collect answers, yield in order."""
+    window = 2 * len(pool)
+    results: dict[int, tuple[bool, Any]] = {}
+    next_task = next_out = 0
+    while next_out < len(tasks):
+        while next_task < len(tasks) and next_task - next_out < window:
+            worker = min(pool, key=lambda w: len(w.given))
+            if len(worker.given) >= _PER_WORKER:
+                break
+            worker.given.append(next_task)
+            try:
+                worker.conn.send(tasks[next_task])
+            except OSError:  # its end of the pipe is gone: the process ended
+                _died(storage, tasks, worker, results)
+            next_task += 1
+        if next_out in results:
+            ok, value = results.pop(next_out)
+            if not ok:
+                raise value
+            next_out += 1
+            yield value
+            continue
+        # Every process is watched, idle ones too: a worker must not end while the scan runs.
+        ready = wait([w.conn for w in pool if w.given] + [w.process.sentinel for w in pool])
+        for worker in pool:
+            if worker.conn in ready or worker.process.sentinel in ready:
+                _collect(storage, tasks, worker, results)
+
+
+def _collect(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    """Take a worker's answer for its oldest shard; a worker that ended without one is an error."""
+    try:
+        if worker.given and worker.conn.poll():
+            results[worker.given.popleft()] = worker.conn.recv()
+            return
+    except (EOFError, OSError):
+        pass  # ended while answering: the process is gone or going; say how below
+    _died(storage, tasks, worker, results)
+
+
+def _died(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> NoReturn:
+    """Raise the error for a worker process that ended, naming the first shard it did not answer."""
+    with contextlib.suppress(EOFError, OSError):
+        while worker.given and worker.conn.poll():
+            results[worker.given.popleft()] = worker.conn.recv()
+    if worker.process.exitcode is None:
+        worker.process.join(5)
+    how = f"{_how_it_ended(worker.process.exitcode)} (pid {worker.process.pid})"
+    if not worker.given:
+        raise WorkerDiedError(f"a shard scan worker process {how}", path=storage.url())
+    raise WorkerDiedError(f"the worker process scanning this shard {how}", path=storage.url(tasks[worker.given[0]][2]))
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "closed its pipe without an answer"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _stop_workers(pool: list[_Worker], finished: bool) -> None:
+    """End every worker and reap it. After a normal end each is told to stop and exits by itself;
+    after an error or an interrupt workers may be mid-scan (or blocked opening a FIFO), so they are
+    terminated at once. Nothing here waits on anything a killed worker could hold."""
+    for worker in pool:
+        try:
+            if finished and worker.process.exitcode is None:
+                worker.conn.send(None)
+        except OSError:
+            pass
+        worker.conn.close()
+    deadline = time.monotonic() + (5 if finished else 0)
+    for worker in pool:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+        if worker.process.exitcode is None:
+            worker.process.terminate()
+    for worker in pool:
+        worker.process.join(5)
+        if worker.process.exitcode is None:
+            worker.process.kill()
+            worker.process.join()
+
+
+def _worker_main(conn: Connection, siblings: list[Connection]) -> None:
+    """A scan worker: shards from its pipe until ``None`` or end-of-file, each answered with
+    ``(True, ShardScan)`` or ``(False, the error)``.
+
+    SIGTERM is the default again (a forked worker inherits the parent's unwinding handler,
+    ``_sigterm_unwinds``) and SIGINT is ignored: Ctrl-C reaches the whole process group, and the
+    parent, which handles it, ends the workers."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for other in siblings:
+        other.close()
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        try:
+            answer: tuple[bool, Any] = (True, _scan_task(task))
+        except Exception as e:  # handed to the parent, which raises it
+            answer = (False, e)
+        try:
+            conn.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # an error that does not pickle: say what it was
+            why = f"its {'error' if not answer[0] else 'result'} could not be handed over ({type(e).__name__}: {e})"
+            conn.send((False, ShardstoreError(f"scan failed: {why}: {answer[1]!r}", path=task[0].url(task[2]))))
 
 
 def _in_order(submit: Callable[[_T], Callable[[], ShardScan]], tasks: Sequence[_T], window: int) -> Iterator[ShardScan]:

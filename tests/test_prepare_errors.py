@@ -358,3 +358,52 @@ def test_killed_prepare_leftovers_are_removed_by_the_next(prepared_ds: tuple[Pat
     res = run(path, "--split-ratio", "1,1,1", "--force-overwrite")
     assert res.returncode == 0, res.stderr
     assert leftovers(path) == []
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+def _in_open(pid: int) -> bool:
+    """The process sits in ``openat`` (a scan worker blocked opening the FIFO shard)."""
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            return f.read().split()[0] == "257"  # x86-64 openat
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and os.uname().machine == "x86_64"), reason="reads /proc/PID/syscall (x86-64 numbers)")
+def test_killed_worker_is_a_clear_error(prepared_ds: tuple[Path, dict[str, bytes]]) -> None:
+    """A scan worker killed mid-scan (SIGKILL, as the OOM killer does) fails prepare within seconds,
+    naming the shard it held and the signal; no hang (multiprocessing.Pool waited forever for the
+    lost shard), no worker left behind, the earlier .nv-meta intact."""
+    path = _blocking_shard_dataset(prepared_ds)
+    before = prepared_ds[1]
+    proc = _start(path, "2")
+    try:
+        _wait_for_staged_scans(path, proc, 4)
+        deadline = time.monotonic() + 30
+        while not (holders := [c for c in _children(proc.pid) if _in_open(c)]):
+            assert time.monotonic() < deadline, "no worker is blocked on the FIFO shard"
+            time.sleep(0.05)
+        workers = _children(proc.pid)
+        assert len(holders) == 1 and len(workers) == 2, workers
+        os.kill(holders[0], signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and took < 10, (proc.returncode, took)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"shardstore: error: {path / 'parts' / 'data-000009.tar'}: "), lines[0]
+    assert f"was killed by signal SIGKILL (pid {holders[0]})" in lines[0]
+    for pid in workers:  # both reaped by prepare: not even a zombie is left
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert snapshot(path) == before
+    assert leftovers(path) == []
