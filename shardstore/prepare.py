@@ -258,7 +258,8 @@ def _scans(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str 
 
 
 class WorkerDiedError(ShardstoreError, RuntimeError):
-    """A scan worker process ended while it held a shard (killed by a signal, crashed, exited)."""
+    """A scan worker process ended during the scan (killed by a signal, crashed, exited); names the
+    shard it held, if any, and how it ended."""
 
 
 #: Shards handed to one worker and not yet answered: the one it scans and the next, so it never
@@ -639,7 +640,8 @@ def prepare(
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
-    ``StorageError`` when ``.nv-meta`` cannot be written. Nothing on disk changes on error.
+    ``StorageError`` when ``.nv-meta`` cannot be written, ``WorkerDiedError`` when a scan worker process
+    dies (naming its shard and the signal). Nothing on disk changes on error.
     """
     t0 = time.perf_counter()
     storage = open_storage(path, storage_options)
