@@ -1,0 +1,368 @@
+"""Scale benchmark: ``shardstore prepare`` and the bare header walk from 100k to 10M parts.
+
+Checks the "scale" row of DESIGN.md section 9: index build time grows no faster than n log n up to
+10M parts, and peak memory stays flat (it may depend on the size of a shard, not on the number of
+shards).
+
+Data: synthetic shards of tiny members, written directly as tar blocks (a ``tarfile``-made ustar
+header per part is the template; names and checksums are filled in with numpy, so 10M members take
+seconds): ``PARTS_PER_SHARD`` members per shard, samples of ``jpg``/``txt``/``json``/``cls`` parts
+of 1-3 bytes each (one header and one data block: 1 KB per member, ~10 GB for 10M). They are made
+once under ``--data`` (default ``/work/bench-data/scale``, under ``flock /work/bench-data/.lock``)
+in ``shards/``, and reused while ``shards/SCALE.json`` matches; each size gets its own folder
+``n<parts>/`` of hard links to the first shards, so prepare sees exactly that many parts.
+
+For each size, as subprocesses timed by ``tools/bench/prepare.py``'s ``measure`` (wall around the
+subprocess, CPU of the process tree, peak tree RSS polled): ``shardstore prepare DIR --split-ratio
+1,0,0 --force-overwrite --non-interactive --no-progress --quiet --json --num-workers 2`` and its
+floor, ``prepare.py --floor-walk DIR`` (one process ``pread``ing every header). Runs are
+interleaved over the sizes ``--repeat`` times (medians kept), warm page cache.
+
+Growth check: g(n) = (t(n) / (n ln n)) / (t(n0) / (n0 ln n0)) against the smallest size n0, for
+wall, CPU and ``prepare()``'s own in-process seconds; met when g <= 1 + ``--tolerance`` at every
+size. Since fixed costs (start-up) weigh most at n0, also the local exponent between consecutive
+sizes, ln(t2/t1) / ln(n2/n1), for wall and CPU: met when at most n log n's own plus the tolerance. Memory: peak tree RSS at the largest size / at the smallest, met when <= 1.5x (as
+prepare.py's flatness check).
+
+Example: .venv/bin/python tools/bench/scale.py --max-parts 300000 --json -
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+
+def _prepare_bench() -> ModuleType:
+    """``tools/bench/prepare.py`` (not a package): its ``measure``, ``Figure``, ``warm``, floor walk."""
+    path = Path(__file__).resolve().with_name("prepare.py")
+    spec = importlib.util.spec_from_file_location("shardstore_bench_prepare", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+pb = _prepare_bench()
+
+DEFAULT_DATA = "/work/bench-data/scale"
+LOCK = "/work/bench-data/.lock"
+SIZES = [100_000, 300_000, 1_000_000, 3_000_000, 10_000_000]
+#: Part name -> content of every such member (a few bytes: one data block each).
+PARTS = {"jpg": b"\xff\xd8\xff", "txt": b"a", "json": b"{}", "cls": b"7"}
+PARTS_PER_SHARD = 25_000
+SAMPLES_PER_SHARD = PARTS_PER_SHARD // len(PARTS)
+MTIME = 1_700_000_000
+FLAGS = ["--split-ratio", "1,0,0", "--force-overwrite", "--non-interactive", "--no-progress", "--quiet", "--json"]
+MANIFEST = {"version": 1, "parts_per_shard": PARTS_PER_SHARD, "parts": {k: v.hex() for k, v in PARTS.items()}, "mtime": MTIME}
+BLOCK = 512
+
+
+# --------------------------------------------------------------------------------------------------
+# Data: tar blocks written directly
+
+
+def _key_bytes(shard: int, n: int) -> np.ndarray:
+    """``s{shard:05d}_{i:06d}`` for i < n as an (n, 13) uint8 array (keys as make_dataset.py spells them)."""
+    keys = np.empty((n, 13), np.uint8)
+    keys[:, :7] = np.frombuffer(f"s{shard:05d}_".encode(), np.uint8)
+    idx = np.arange(n)
+    for k in range(6):
+        keys[:, 7 + k] = idx // 10 ** (5 - k) % 10 + ord("0")
+    return keys
+
+
+def _template(ext: str, size: int) -> np.ndarray:
+    """The ustar header ``tarfile`` writes for a ``KEY.ext`` member of ``size`` bytes, key zeroed
+    and checksum field blank (eight spaces), as uint8."""
+    info = tarfile.TarInfo("0" * 13 + "." + ext)
+    info.size, info.mtime, info.mode = size, MTIME, 0o644
+    header = np.frombuffer(info.tobuf(format=tarfile.USTAR_FORMAT), np.uint8).copy()
+    assert header.size == BLOCK
+    header[:13] = 0
+    header[148:156] = ord(" ")
+    return header
+
+
+def shard_bytes(shard: int) -> np.ndarray:
+    """One shard: ``SAMPLES_PER_SHARD`` samples of the parts of ``PARTS``, then the two zero blocks.
+
+    Checksums are the template's sum plus the key's, spelled ``%06o\\0 `` as ``tarfile`` does."""
+    n = SAMPLES_PER_SHARD
+    keys = _key_bytes(shard, n)
+    key_sum = keys.sum(axis=1, dtype=np.int64)
+    out = np.zeros((n, len(PARTS), 2, BLOCK), np.uint8)  # per member: header block, data block
+    for p, (ext, data) in enumerate(PARTS.items()):
+        header = _template(ext, len(data))
+        out[:, p, 0] = header
+        out[:, p, 0, :13] = keys
+        chk = int(header.sum(dtype=np.int64)) + key_sum
+        for k in range(6):
+            out[:, p, 0, 148 + k] = ((chk >> (3 * (5 - k))) & 7) + ord("0")
+        out[:, p, 0, 154] = 0
+        out[:, p, 1, : len(data)] = np.frombuffer(data, np.uint8)
+    return np.concatenate([out.reshape(-1), np.zeros(2 * BLOCK, np.uint8)])
+
+
+SHARD_SIZE = (SAMPLES_PER_SHARD * len(PARTS) * 2 + 2) * BLOCK
+
+
+def _shard_name(i: int) -> str:
+    return f"parts/data-{i:06d}.tar"
+
+
+@contextlib.contextmanager
+def _locked() -> Iterator[None]:
+    """``flock`` on the shared bench-data lock (as the other benchmarks' data are made)."""
+    os.makedirs(os.path.dirname(LOCK), exist_ok=True)
+    with open(LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_data(data: str, sizes: list[int], log: Any) -> dict[int, str]:
+    """Shards for the largest size under ``data/shards`` (made if missing), a folder of hard links
+    ``data/n<size>`` per size; {size: folder}."""
+    shards_dir = os.path.join(data, "shards")
+    need = max(sizes) // PARTS_PER_SHARD
+    with _locked():
+        os.makedirs(shards_dir, exist_ok=True)
+        manifest = os.path.join(shards_dir, "SCALE.json")
+        if os.path.exists(manifest):
+            if json.loads(Path(manifest).read_text()) != MANIFEST:
+                raise SystemExit(f"{manifest} describes other shards than this script makes; use another --data")
+        else:
+            Path(manifest).write_text(json.dumps(MANIFEST) + "\n")
+        t0, made = time.perf_counter(), 0
+        for i in range(need):
+            path = os.path.join(shards_dir, _shard_name(i))
+            if os.path.exists(path) and os.path.getsize(path) == SHARD_SIZE:
+                continue
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path + ".tmp", "wb") as f:
+                shard_bytes(i).tofile(f)
+            os.replace(path + ".tmp", path)
+            made += 1
+        if made:
+            log(f"made {made} shards ({made * SHARD_SIZE / 1e9:.1f} GB) in {time.perf_counter() - t0:.1f} s under {shards_dir}")
+        _check_first_shard(os.path.join(shards_dir, _shard_name(0)))
+        folders = {}
+        for size in sizes:
+            folder = folders[size] = os.path.join(data, f"n{size}")
+            count = size // PARTS_PER_SHARD
+            for i in range(count):
+                src, dst = os.path.join(shards_dir, _shard_name(i)), os.path.join(folder, _shard_name(i))
+                if not (os.path.exists(dst) and os.path.samefile(src, dst)):
+                    os.makedirs(os.path.dirname(dst), exist_ok=True)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(dst)
+                    os.link(src, dst)
+            if len(pb.shard_paths(folder)) != count:
+                raise SystemExit(f"{folder} holds other shards than the first {count}; remove it")
+    return folders
+
+
+def _check_first_shard(path: str) -> None:
+    """``tarfile`` reads the first shard back as the members meant (names, sizes, data)."""
+    with tarfile.open(path) as tar:
+        members = tar.getmembers()
+        first = tar.extractfile(members[0])
+        assert first is not None and first.read() == PARTS["jpg"]
+    names = [m.name for m in members[: len(PARTS)]]
+    if len(members) != PARTS_PER_SHARD or names != [f"s00000_000000.{ext}" for ext in PARTS]:
+        raise SystemExit(f"{path}: unexpected members {names}... ({len(members)})")
+
+
+# --------------------------------------------------------------------------------------------------
+# Measuring
+
+
+def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> dict[str, Any]:
+    venv_bin = Path(sys.executable).parent
+    largest = folders[max(folders)]
+    nbytes, warm_s = pb.warm(pb.shard_paths(largest))  # the smaller folders are links to the same files
+    log(f"page cache warmed: {nbytes / 1e9:.2f} GB in {warm_s:.1f} s")
+    workers = ["--num-workers", str(args.num_workers)]
+    ss: dict[int, Any] = {n: pb.Figure(f"shardstore_{n}") for n in folders}
+    fl: dict[int, Any] = {n: pb.Figure(f"floor_{n}") for n in folders}
+    load = [os.getloadavg()[0]]
+    for r in range(args.repeat):  # interleaved over the sizes: a burst of load elsewhere hits all alike
+        for n, folder in folders.items():
+            fl[n].runs.append(pb.measure([sys.executable, pb.__file__, "--floor-walk", folder], args.poll))
+            ss[n].runs.append(pb.measure([str(venv_bin / "shardstore"), "prepare", folder, *FLAGS, *workers], args.poll))
+            log(f"run {r + 1}/{args.repeat} {n:>10,} parts: floor {fl[n].runs[-1].seconds:.2f} s, "
+                f"prepare {ss[n].runs[-1].seconds:.2f} s ({ss[n].runs[-1].tree_peak_mb:.0f} MB)")
+            load.append(os.getloadavg()[0])
+    rows = [_size_row(n, folders[n], ss[n], fl[n]) for n in folders]
+    return {
+        "data": args.data,
+        "shard": {"parts": PARTS_PER_SHARD, "samples": SAMPLES_PER_SHARD, "bytes": SHARD_SIZE, "parts_per_sample": list(PARTS)},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_avg_1m": [round(x, 2) for x in load]},
+        "num_workers": args.num_workers,
+        "repeat": args.repeat,
+        "sizes": rows,
+        "growth": growth(rows),
+        "memory": memory(rows),
+        "targets": targets(rows, args.tolerance),
+    }
+
+
+def _size_row(n: int, folder: str, ss: Any, fl: Any) -> dict[str, Any]:
+    reports = [json.loads(r.stdout) for r in ss.runs]
+    floor_reports = [json.loads(r.stdout.strip().splitlines()[-1]) for r in fl.runs]
+    if any(rep["parts"] != n for rep in reports) or any(f["members"] != n for f in floor_reports):
+        raise SystemExit(f"{folder}: prepare or the floor saw another number of parts than {n}")
+    samples, parts = pb.index_counts(folder)
+    return {
+        "parts": n,
+        "shards": n // PARTS_PER_SHARD,
+        "index_rows": {"samples": samples, "sample_parts": parts},
+        "index_sqlite_bytes": os.path.getsize(os.path.join(folder, ".nv-meta", "index.sqlite")),
+        "shardstore": ss.as_dict(),
+        "shardstore_in_process_seconds_median": round(statistics.median(rep["seconds"] for rep in reports), 3),
+        "floor": fl.as_dict(),
+        "floor_loop_seconds_median": round(statistics.median(f["loop_seconds"] for f in floor_reports), 3),
+    }
+
+
+def _figures(row: dict[str, Any]) -> dict[str, float]:
+    """The times whose growth is checked: wall (median), CPU (median), prepare() in-process, floor wall."""
+    return {
+        "wall": row["shardstore"]["seconds_median"],
+        "cpu": row["shardstore"]["cpu_seconds_median"],
+        "in_process": row["shardstore_in_process_seconds_median"],
+        "floor_wall": row["floor"]["seconds_median"],
+    }
+
+
+def growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per size: t/(n ln n) relative to the smallest size, and the local exponent against the
+    previous size (ln t ratio / ln n ratio) next to n log n's own (about 1.07-1.09 here).
+
+    The ratio to the smallest size carries the fixed costs (interpreter start-up, imports, worker
+    start-up: a large share of the smallest run), so it falls even for a slightly superlinear
+    build; the exponents between the large sizes, where those costs are small, are the sharper test."""
+    base = rows[0]
+    b = {k: v / (base["parts"] * math.log(base["parts"])) for k, v in _figures(base).items()}
+    out: dict[str, Any] = {}
+    for i, row in enumerate(rows):
+        n = row["parts"]
+        f = _figures(row)
+        entry = {f"{k}_vs_nlogn": round(v / (n * math.log(n)) / b[k], 3) for k, v in f.items()}
+        entry |= {f"{k}_us_per_part": round(v / n * 1e6, 3) for k, v in f.items()}
+        if i:
+            prev = rows[i - 1]
+            pf, m = _figures(prev), prev["parts"]
+            entry |= {f"{k}_exponent": round(math.log(f[k] / pf[k]) / math.log(n / m), 3) for k in f}
+            entry["nlogn_exponent"] = round(math.log(n * math.log(n) / (m * math.log(m))) / math.log(n / m), 3)
+        out[str(n)] = entry
+    return out
+
+
+def memory(rows: list[dict[str, Any]]) -> dict[str, float]:
+    small, large = rows[0]["shardstore"], rows[-1]["shardstore"]
+    return {
+        "tree_peak_ratio": round(large["tree_peak_mb"] / small["tree_peak_mb"], 3),
+        "max_process_ratio": round(large["max_process_mb"] / small["max_process_mb"], 3),
+    }
+
+
+def targets(rows: list[dict[str, Any]], tolerance: float) -> dict[str, dict[str, Any]]:
+    g = growth(rows)
+    worst = {k: max(e[f"{k}_vs_nlogn"] for e in g.values()) for k in ("wall", "cpu", "in_process")}
+    out = {f"time_no_faster_than_nlogn_{k}": {"value": v, "met": v <= 1 + tolerance} for k, v in worst.items()}
+    for k in ("wall", "cpu"):  # every step's exponent at most n log n's plus the tolerance
+        excess = [e[f"{k}_exponent"] - e["nlogn_exponent"] for e in list(g.values())[1:]]
+        if excess:
+            out[f"exponent_within_nlogn_{k}"] = {"value": round(max(excess), 3), "met": max(excess) <= tolerance}
+    mem = memory(rows)["tree_peak_ratio"]
+    return out | {"memory_flat": {"value": mem, "met": mem <= pb.FLATNESS_MAX}}
+
+
+def print_report(res: dict[str, Any]) -> None:
+    sh = res["shard"]
+    load = res["machine"]["load_avg_1m"]
+    print(
+        f"\nscale benchmark: shards of {sh['parts']:,} parts ({sh['samples']:,} samples x {len(sh['parts_per_sample'])} "
+        f"parts, {sh['bytes'] / 1e6:.1f} MB), warm page cache, {res['machine']['cpus']} CPUs, --num-workers "
+        f"{res['num_workers']}, medians of {res['repeat']}, load {min(load):.1f}-{max(load):.1f}"
+    )
+    head = (
+        f"{'parts':>11s} {'shards':>6s} | {'wall s':>7s} {'CPU s':>7s} {'in-proc':>7s} {'us/part':>7s} {'CPU us':>6s} "
+        f"{'/nlogn':>6s} {'CPU':>5s} {'exp':>5s} {'CPU':>5s} {'nlogn':>5s} {'peak MB':>7s} {'proc MB':>7s} {'sqlite MB':>9s} | "
+        f"{'floor s':>7s} {'us/part':>7s} {'/nlogn':>6s}"
+    )
+    print(head)
+    for row in res["sizes"]:
+        n, s, f = row["parts"], row["shardstore"], row["floor"]
+        g = res["growth"][str(n)]
+        exp = f"{g['wall_exponent']:5.2f} {g['cpu_exponent']:5.2f} {g['nlogn_exponent']:5.2f}" if "wall_exponent" in g else " " * 17
+        print(
+            f"{n:11,d} {row['shards']:6d} | {s['seconds_median']:7.2f} {s['cpu_seconds_median']:7.2f} "
+            f"{row['shardstore_in_process_seconds_median']:7.2f} {g['wall_us_per_part']:7.2f} {g['cpu_us_per_part']:6.2f} "
+            f"{g['wall_vs_nlogn']:6.2f} {g['cpu_vs_nlogn']:5.2f} {exp} {s['tree_peak_mb']:7.0f} {s['max_process_mb']:7.0f} "
+            f"{row['index_sqlite_bytes'] / 1e6:9.0f} | {f['seconds_median']:7.2f} {g['floor_wall_us_per_part']:7.2f} "
+            f"{g['floor_wall_vs_nlogn']:6.2f}"
+        )
+    print(
+        "(/nlogn: t/(n ln n) relative to the smallest size, wall and CPU; exp: local exponent of the time against the\n"
+        " previous size, wall and CPU, next to n log n's own; in-proc: prepare()'s own seconds, no start-up)"
+    )
+    m = res["memory"]
+    print(f"peak memory, largest / smallest size: {m['tree_peak_ratio']:.2f}x tree, {m['max_process_ratio']:.2f}x largest process")
+    for name, t in res["targets"].items():
+        print(f"  {'MET ' if t['met'] else 'MISS'} {name} ({t['value']})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=DEFAULT_DATA, help=f"folder of the generated shards (default {DEFAULT_DATA})")
+    ap.add_argument("--max-parts", type=int, default=max(SIZES), help="largest size to run (default 10M)")
+    ap.add_argument("--sizes", help=f"comma-separated sizes in parts, multiples of {PARTS_PER_SHARD:,} (default {SIZES})")
+    ap.add_argument("--num-workers", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per size, interleaved over the sizes (median kept)")
+    ap.add_argument("--tolerance", type=float, default=0.10, help="allowed rise of t/(n log n) over the smallest size")
+    ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
+    ap.add_argument("--generate-only", action="store_true", help="make the data and stop")
+    ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+    sizes = sorted(n for n in sizes if n <= args.max_parts)
+    if not sizes or any(n % PARTS_PER_SHARD for n in sizes):
+        raise SystemExit(f"sizes must be multiples of {PARTS_PER_SHARD:,} parts up to --max-parts: {sizes}")
+    args.data = os.path.abspath(args.data)
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    folders = ensure_data(args.data, sizes, log)
+    if args.generate_only:
+        return
+    res = run_sizes(args, folders, log)
+    print_report(res)
+    if args.json:
+        text = json.dumps(res, indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
