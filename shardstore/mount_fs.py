@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from . import nvmeta
 from .dataset import ShardRef
 from .errors import SampleNotFoundError, ShardstoreError
-from .mount_tree import DIR, MultiTree, Node, Page, Tree, not_found
+from .mount_tree import DIR, MultiTree, Node, Page, Tree, blob_names, not_found
 from .storage import ByteRange, LocalStorage, Storage
 
 try:  # the compiled listing and open/read paths (optional: everything also runs in Python)
@@ -140,8 +140,9 @@ class _Listing:
 
     Entry ``i`` (``.`` and ``..`` first) carries offset ``i + 1``; the kernel asks again with the
     offset of the last entry it kept, so paging through never restarts the query; only a
-    ``seekdir`` elsewhere does. Entries come in pages (``mount_tree.Page``) and are offered a page
-    at a time; those the filler refused (buffer full) are offered again.
+    ``seekdir`` elsewhere does. Entries come in pages (``mount_tree.Page``: a list of names, or
+    one ``bytes`` of NUL-ended names read in C) and are offered a page at a time, from the first
+    entry not yet taken; those the filler refused (buffer full) are offered again.
     """
 
     __slots__ = ("factory", "it", "pos", "page", "start")
@@ -159,9 +160,9 @@ class _Listing:
         self.it = itertools.chain(iter([([".", ".."], b"\x01\x01")]), self.factory())
         self.pos, self.page, self.start = 0, ([], b""), 0
         while self.pos < offset:
-            if self.start >= len(self.page[0]) and not self._next():
+            if self.start >= len(self.page[1]) and not self._next():
                 return
-            step = min(offset - self.pos, len(self.page[0]) - self.start)
+            step = min(offset - self.pos, len(self.page[1]) - self.start)
             self.pos += step
             self.start += step
 
@@ -173,22 +174,23 @@ class _Listing:
         self.page, self.start = page, 0
         return True
 
-    def fill(self, add: Callable[[list[str], bytes, int], int], on_dir: Callable[[str], None]) -> None:
-        """Offer pages to ``add(names, dirs, first_offset)``, which returns how many entries it
-        took, until it takes fewer than offered (full) or the listing ends."""
+    def fill(self, add: Callable[[list[str] | bytes, bytes, int, int], int], on_dir: Callable[[str], None]) -> None:
+        """Offer pages to ``add(names, dirs, start, first_offset)`` (the page's entries from
+        ``start`` on, entry ``start`` at ``first_offset``), which returns how many it took, until
+        it takes fewer than offered (full) or the listing ends."""
         while True:
-            if self.start >= len(self.page[0]) and not self._next():
+            if self.start >= len(self.page[1]) and not self._next():
                 return
             names, dirs = self.page
-            rest, rest_dirs = names[self.start :], dirs[self.start :]
-            taken = add(rest, rest_dirs, self.pos + 1)
-            if b"\x01" in rest_dirs[:taken]:
-                for name, is_dir in zip(rest[:taken], rest_dirs[:taken], strict=True):
+            start = self.start
+            taken = add(names, dirs, start, self.pos + 1)
+            if b"\x01" in dirs[start : start + taken] and isinstance(names, list):  # C pages hold files only
+                for name, is_dir in zip(names[start : start + taken], dirs[start : start + taken], strict=True):
                     if is_dir and name not in (".", ".."):
                         on_dir(name)
             self.pos += taken
             self.start += taken
-            if taken < len(rest):
+            if start + taken < len(dirs):
                 return
 
 
@@ -461,7 +463,7 @@ class ShardFS:
         return fh
 
     @_fuse_op
-    def readdir_into(self, path: str, fh: int, offset: int, add: Callable[[list[str], bytes, int], int]) -> None:
+    def readdir_into(self, path: str, fh: int, offset: int, add: Callable[[list[str] | bytes, bytes, int, int], int]) -> None:
         """Page ``offset`` of open folder ``fh`` into libfuse's buffer via ``add`` (see ``_Listing.fill``)."""
         listing = self.dirs.get(fh)
         if listing is None:
@@ -475,9 +477,11 @@ class ShardFS:
         """mfusepy's generic path (``FastFUSE`` uses ``readdir_into``)."""
         out: list[tuple[str, int, int]] = []
 
-        def add(names: list[str], dirs: bytes, first: int) -> int:
-            take = min(len(names), 256 - len(out))
-            out.extend((names[i], DIR_MODE if dirs[i] else FILE_MODE, first + i) for i in range(take))
+        def add(names: list[str] | bytes, dirs: bytes, start: int, first: int) -> int:
+            if isinstance(names, bytes):
+                names = blob_names(names)
+            take = min(len(dirs) - start, 256 - len(out))
+            out.extend((names[start + i], DIR_MODE if dirs[start + i] else FILE_MODE, first + i) for i in range(take))
             return take
 
         self.readdir_into(path, fh, offset, add)
@@ -701,19 +705,25 @@ def fuse_class(mfusepy: Any) -> type:
                         return filler(buf, name.encode(encoding, errors), full, off, _FILL_DIR_PLUS)  # type: ignore[no-any-return]
                 return filler(buf, name.encode(encoding, errors), kinds[is_dir], off, 0)  # type: ignore[no-any-return]
 
-            def add(names: list[str], dirs: bytes, first: int) -> int:
-                i, n = 0, len(names)
+            def add(names: list[str] | bytes, dirs: bytes, start: int, first: int) -> int:
+                """Entries ``start..`` of a page, entry ``start`` at offset ``first``; how many taken."""
+                i, n = start, len(dirs)
                 if plus or fast is None:  # the entries given attributes, one call each
-                    end = n if fast is None else min(n, max(0, PLUS_ENTRIES + 1 - first))
+                    end = n if fast is None else min(n, start + max(0, PLUS_ENTRIES + 1 - first))
+                    if i < end and isinstance(names, bytes):
+                        names = blob_names(names)
                     while i < end:
-                        if add_one(names[i], dirs[i], first + i):
-                            return i
+                        if add_one(names[i], dirs[i], first + i - start):
+                            return i - start
                         i += 1
                 if i < n and fast is not None:  # names only: the whole rest of the page in one C call
                     filler_address, buf_address, file_address, dir_address = c_args
-                    encoded = [name.encode(encoding, errors) for name in names[i:]]
-                    i += fast.fill(filler_address, buf_address, encoded, dirs[i:], first + i, file_address, dir_address)
-                return i
+                    if isinstance(names, bytes):  # NUL-ended names read in C, all files
+                        i += fast.fill_blob(filler_address, buf_address, names, i, n, first + i - start, file_address)
+                    else:
+                        encoded = [name.encode(encoding, errors) for name in names[i:]]
+                        i += fast.fill(filler_address, buf_address, encoded, dirs[i:], first + i - start, file_address, dir_address)
+                return i - start
 
             ops.readdir_into(folder, fip.contents.fh, offset, add)
             return 0

@@ -304,9 +304,8 @@ def real_folder(work: Path, data: Path) -> tuple[Path, int]:
         from shardstore.mount_tree import Tree
 
         tree = Tree(Dataset(str(data), None))
-        for names, _ in tree.listdir_pages("/"):
-            for name in names:
-                os.close(os.open(path / name, os.O_CREAT | os.O_WRONLY, 0o644))
+        for name, _ in tree.listdir("/"):
+            os.close(os.open(path / name, os.O_CREAT | os.O_WRONLY, 0o644))
         done.touch()
     return path, len(os.listdir(path)) - 1
 
