@@ -23,15 +23,23 @@ from shardstore.mount import MountHandle, _is_mounted
 
 pytestmark = [pytest.mark.mount, pytest.mark.s3]
 
-# The S3 fixtures live in tests/s3/conftest.py; load them here under another module name.
+# The S3 fixtures live in tests/s3/conftest.py; load it here under another module name and take
+# every fixture it defines, not a chosen few: those the servers depend on (``_index_cache``, ...)
+# come along, whatever they become.
 _spec = importlib.util.spec_from_file_location("_s3_fixtures", Path(__file__).resolve().parents[1] / "s3" / "conftest.py")
 assert _spec is not None and _spec.loader is not None
 _s3 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_s3)
-s3_server = _s3.s3_server
-storage_options = _s3.storage_options
-s3_url = _s3.s3_url
-upload = _s3.upload
+
+
+def _is_fixture(value: object) -> bool:
+    # pytest >= 8.4 wraps fixtures in FixtureFunctionDefinition; older ones mark the function
+    return hasattr(value, "_fixture_function_marker") or hasattr(value, "_pytestfixturefunction")
+
+
+_S3_FIXTURES = {name: value for name, value in vars(_s3).items() if _is_fixture(value)}
+assert {"s3_server", "storage_options", "s3_url", "upload"} <= _S3_FIXTURES.keys(), sorted(_S3_FIXTURES)
+globals().update(_S3_FIXTURES)
 
 
 @pytest.fixture
