@@ -19,10 +19,12 @@ floor, ``prepare.py --floor-walk DIR`` (one process ``pread``ing every header). 
 interleaved over the sizes ``--repeat`` times (medians kept), warm page cache.
 
 Growth check: g(n) = (t(n) / (n ln n)) / (t(n0) / (n0 ln n0)) against the smallest size n0, for
-wall, CPU and ``prepare()``'s own in-process seconds; met when g <= 1 + ``--tolerance`` at every
-size. Since fixed costs (start-up) weigh most at n0, also the local exponent between consecutive
-sizes, ln(t2/t1) / ln(n2/n1), for wall and CPU: met when at most n log n's own plus the tolerance. Memory: peak tree RSS at the largest size / at the smallest, met when <= 1.5x (as
-prepare.py's flatness check).
+wall and CPU (medians and bests) and ``prepare()``'s own in-process seconds; met when
+g <= 1 + ``--tolerance`` at every size. Since fixed costs (start-up) weigh most at n0, also the local
+exponent between consecutive sizes, ln(t2/t1) / ln(n2/n1): met when the CPU time's (median and best)
+is at most n log n's own plus the tolerance (the wall time's is printed, not checked: on a shared
+machine one step compares two runs that got different shares of the cores). Memory: peak tree RSS
+at the largest size / at the smallest, met when <= 1.5x (as prepare.py's flatness check).
 
 Example: .venv/bin/python tools/bench/scale.py --max-parts 300000 --json -
 """
@@ -237,7 +239,7 @@ def _size_row(n: int, folder: str, ss: Any, fl: Any) -> dict[str, Any]:
         "shards": n // PARTS_PER_SHARD,
         "index_rows": {"samples": samples, "sample_parts": parts},
         "index_sqlite_bytes": os.path.getsize(os.path.join(folder, ".nv-meta", "index.sqlite")),
-        "shardstore": ss.as_dict(),
+        "shardstore": ss.as_dict() | {"cpu_seconds_best": round(min(r.cpu_seconds for r in ss.runs), 3)},
         "shardstore_in_process_seconds_median": round(statistics.median(rep["seconds"] for rep in reports), 3),
         "floor": fl.as_dict(),
         "floor_loop_seconds_median": round(statistics.median(f["loop_seconds"] for f in floor_reports), 3),
@@ -245,10 +247,13 @@ def _size_row(n: int, folder: str, ss: Any, fl: Any) -> dict[str, Any]:
 
 
 def _figures(row: dict[str, Any]) -> dict[str, float]:
-    """The times whose growth is checked: wall (median), CPU (median), prepare() in-process, floor wall."""
+    """The times whose growth is checked: wall and CPU (medians and bests: load elsewhere only ever
+    adds time, so the best run is the least disturbed one), prepare() in-process, floor wall."""
     return {
         "wall": row["shardstore"]["seconds_median"],
+        "wall_best": row["shardstore"]["seconds_best"],
         "cpu": row["shardstore"]["cpu_seconds_median"],
+        "cpu_best": row["shardstore"]["cpu_seconds_best"],
         "in_process": row["shardstore_in_process_seconds_median"],
         "floor_wall": row["floor"]["seconds_median"],
     }
@@ -288,9 +293,11 @@ def memory(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def targets(rows: list[dict[str, Any]], tolerance: float) -> dict[str, dict[str, Any]]:
     g = growth(rows)
-    worst = {k: max(e[f"{k}_vs_nlogn"] for e in g.values()) for k in ("wall", "cpu", "in_process")}
+    worst = {k: max(e[f"{k}_vs_nlogn"] for e in g.values()) for k in ("wall", "wall_best", "cpu", "cpu_best", "in_process")}
     out = {f"time_no_faster_than_nlogn_{k}": {"value": v, "met": v <= 1 + tolerance} for k, v in worst.items()}
-    for k in ("wall", "cpu"):  # every step's exponent at most n log n's plus the tolerance
+    # Every step's exponent at most n log n's plus the tolerance, in CPU time: the wall time of one
+    # step compares two runs that got different shares of the 2 cores from other work (printed only).
+    for k in ("cpu", "cpu_best"):
         excess = [e[f"{k}_exponent"] - e["nlogn_exponent"] for e in list(g.values())[1:]]
         if excess:
             out[f"exponent_within_nlogn_{k}"] = {"value": round(max(excess), 3), "met": max(excess) <= tolerance}
@@ -307,7 +314,7 @@ def print_report(res: dict[str, Any]) -> None:
         f"{res['num_workers']}, medians of {res['repeat']}, load {min(load):.1f}-{max(load):.1f}"
     )
     head = (
-        f"{'parts':>11s} {'shards':>6s} | {'wall s':>7s} {'CPU s':>7s} {'in-proc':>7s} {'us/part':>7s} {'CPU us':>6s} "
+        f"{'parts':>11s} {'shards':>6s} | {'wall s':>7s} {'best':>6s} {'CPU s':>7s} {'in-proc':>7s} {'us/part':>7s} {'CPU us':>6s} "
         f"{'/nlogn':>6s} {'CPU':>5s} {'exp':>5s} {'CPU':>5s} {'nlogn':>5s} {'peak MB':>7s} {'proc MB':>7s} {'sqlite MB':>9s} | "
         f"{'floor s':>7s} {'us/part':>7s} {'/nlogn':>6s}"
     )
@@ -317,7 +324,7 @@ def print_report(res: dict[str, Any]) -> None:
         g = res["growth"][str(n)]
         exp = f"{g['wall_exponent']:5.2f} {g['cpu_exponent']:5.2f} {g['nlogn_exponent']:5.2f}" if "wall_exponent" in g else " " * 17
         print(
-            f"{n:11,d} {row['shards']:6d} | {s['seconds_median']:7.2f} {s['cpu_seconds_median']:7.2f} "
+            f"{n:11,d} {row['shards']:6d} | {s['seconds_median']:7.2f} {s['seconds_best']:6.2f} {s['cpu_seconds_median']:7.2f} "
             f"{row['shardstore_in_process_seconds_median']:7.2f} {g['wall_us_per_part']:7.2f} {g['cpu_us_per_part']:6.2f} "
             f"{g['wall_vs_nlogn']:6.2f} {g['cpu_vs_nlogn']:5.2f} {exp} {s['tree_peak_mb']:7.0f} {s['max_process_mb']:7.0f} "
             f"{row['index_sqlite_bytes'] / 1e6:9.0f} | {f['seconds_median']:7.2f} {g['floor_wall_us_per_part']:7.2f} "
