@@ -488,6 +488,30 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
             click.echo(f"  {part:<{width}}  {text}")
 
 
+class _ByteSize(click.ParamType):
+    """A byte count: ``0``, ``1048576``, ``512K``, ``16M``, ``1G`` (K/M/G = KiB/MiB/GiB; ``MB``, ``MiB`` too)."""
+
+    name = "size"
+    _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        for suffix in ("ib", "b"):
+            if text.endswith(suffix) and len(text) > len(suffix) and text[-len(suffix) - 1] in "kmgt":
+                text = text[: -len(suffix)]
+                break
+        unit = text[-1:] if text[-1:] in "kmgt" else ""
+        try:
+            number = float(text[: len(text) - len(unit)])
+        except ValueError:
+            self.fail(f"{value!r} is not a size (e.g. 0, 16M, 512K, 1G)", param, ctx)
+        if number < 0:
+            self.fail(f"{value!r}: a size cannot be negative", param, ctx)
+        return int(number * self._UNITS[unit])
+
+
 @main.command("mount")
 @click.argument("dataset")
 @click.argument("mountpoint", type=click.Path(file_okay=False))
@@ -499,11 +523,19 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
     help="flat: one KEY.PART file per member (keys with / become folders); samples: one folder per key.",
 )
 @click.option("--foreground", is_flag=True, help="Serve in this process until unmounted (Ctrl-C unmounts).")
+@click.option(
+    "--direct-io-min",
+    type=_ByteSize(),
+    default=None,
+    help="Open local members of at least SIZE bytes direct_io (default 16M; 0 = never): large reads "
+    "run near the speed of reading the shard, but shared mmap of those files fails (ENODEV).",
+)
 @storage_options_option
 @quiet_option
 @handle_errors
 def mount_command(
-    dataset: str, mountpoint: str, layout: str, foreground: bool, storage_options: dict[str, Any] | None, quiet: bool
+    dataset: str, mountpoint: str, layout: str, foreground: bool, direct_io_min: int | None,
+    storage_options: dict[str, Any] | None, quiet: bool,
 ) -> None:
     """Mount DATASET (a prepared folder, s3:// URL or metadataset YAML) read-only at MOUNTPOINT.
 
@@ -519,7 +551,10 @@ def mount_command(
     """
     from .mount import mount
 
-    handle = mount(dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options)
+    handle = mount(
+        dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options,
+        direct_io_min=direct_io_min,
+    )
     if not foreground and not quiet:
         click.echo(
             f"Mounted {dataset} at {handle.mountpoint} ({layout} layout, pid {handle.pid}, log {handle.log_path}); "

@@ -259,6 +259,40 @@ def test_cli_mount_reports_errors(fuse: None, tmp_path: Path) -> None:
     assert not _is_mounted(str(tmp_path / "m"))
 
 
+@pytest.mark.parametrize(("option", "direct"), [("1M", True), ("0", False), ("1.5 MiB", True), ("64M", False)])
+def test_cli_mount_direct_io_min(mount_data: MountData, fuse: None, tmp_path: Path, option: str, direct: bool) -> None:
+    """``--direct-io-min SIZE`` reaches the mount: the 3 MB and 5 MB members are opened direct_io
+    (shared mmap then fails with ENODEV, the documented cost) only when SIZE is at most theirs."""
+    import mmap
+
+    mp = tmp_path / "dio"
+    done = _cli("mount", mount_data.path, mp, "-q", "--direct-io-min", option)
+    assert done.returncode == 0, done.stderr
+    try:
+        for m in (m for m in mount_data.members if len(m.data) >= 3 << 20):
+            fd = os.open(mp / mount_data.path_of(m, "flat"), os.O_RDONLY)
+            try:
+                assert os.pread(fd, len(m.data) + 1, 0) == m.data
+                if direct:
+                    with pytest.raises(OSError) as e:
+                        mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                    assert e.value.errno == errno.ENODEV
+                else:
+                    with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+                        assert mapped[:] == m.data
+            finally:
+                os.close(fd)
+    finally:
+        assert _cli("umount", mp).returncode == 0
+
+
+def test_cli_mount_direct_io_min_rejects_bad_sizes(tmp_path: Path) -> None:
+    for bad in ("lots", "-1M", "12Q"):
+        done = _cli("mount", tmp_path / "ds", tmp_path / "m", "--direct-io-min", bad)
+        assert done.returncode == 2 and "--direct-io-min" in done.stderr, (bad, done.stderr)
+    assert not _is_mounted(str(tmp_path / "m"))
+
+
 def _tiny_dataset(root: Path, shards: int, per_shard: int) -> None:
     """``shards`` x ``per_shard`` samples of one 10-byte part, written fast with tarfile."""
     (root / "parts").mkdir(parents=True)
