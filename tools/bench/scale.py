@@ -80,9 +80,19 @@ BLOCK = 512
 # Data: tar blocks written directly
 
 
-def _key_bytes(shard: int, n: int) -> np.ndarray:
-    """``s{shard:05d}_{i:06d}`` for i < n as an (n, 13) uint8 array (keys as make_dataset.py spells them)."""
+def _key_bytes(shard: int, n: int, random_keys: bool = False) -> np.ndarray:
+    """``s{shard:05d}_{i:06d}`` for i < n as an (n, 13) uint8 array (keys as make_dataset.py spells
+    them: in order across the whole dataset), or with ``random_keys`` ``r`` and 12 hex digits in no
+    order (a bijection of the sample's global number, so still unique), as hashes or UUIDs would be."""
     keys = np.empty((n, 13), np.uint8)
+    if random_keys:
+        g = np.arange(n, dtype=np.uint64) + np.uint64(shard * SAMPLES_PER_SHARD)
+        h = (g * np.uint64(0x9E3779B97F4B)) & np.uint64((1 << 48) - 1)  # odd multiplier: a bijection mod 2**48
+        hexdigits = np.frombuffer(b"0123456789abcdef", np.uint8)
+        keys[:, 0] = ord("r")
+        for k in range(12):
+            keys[:, 1 + k] = hexdigits[((h >> np.uint64(4 * (11 - k))) & np.uint64(15)).astype(np.intp)]
+        return keys
     keys[:, :7] = np.frombuffer(f"s{shard:05d}_".encode(), np.uint8)
     idx = np.arange(n)
     for k in range(6):
@@ -102,12 +112,12 @@ def _template(ext: str, size: int) -> np.ndarray:
     return header
 
 
-def shard_bytes(shard: int) -> np.ndarray:
+def shard_bytes(shard: int, random_keys: bool = False) -> np.ndarray:
     """One shard: ``SAMPLES_PER_SHARD`` samples of the parts of ``PARTS``, then the two zero blocks.
 
     Checksums are the template's sum plus the key's, spelled ``%06o\\0 `` as ``tarfile`` does."""
     n = SAMPLES_PER_SHARD
-    keys = _key_bytes(shard, n)
+    keys = _key_bytes(shard, n, random_keys)
     key_sum = keys.sum(axis=1, dtype=np.int64)
     out = np.zeros((n, len(PARTS), 2, BLOCK), np.uint8)  # per member: header block, data block
     for p, (ext, data) in enumerate(PARTS.items()):
@@ -141,19 +151,20 @@ def _locked() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_data(data: str, sizes: list[int], log: Any) -> dict[int, str]:
+def ensure_data(data: str, sizes: list[int], log: Any, random_keys: bool = False) -> dict[int, str]:
     """Shards for the largest size under ``data/shards`` (made if missing), a folder of hard links
-    ``data/n<size>`` per size; {size: folder}."""
-    shards_dir = os.path.join(data, "shards")
+    ``data/n<size>`` per size; {size: folder}. With ``random_keys``: ``shards-random``, ``r<size>``."""
+    shards_dir = os.path.join(data, "shards-random" if random_keys else "shards")
     need = max(sizes) // PARTS_PER_SHARD
     with _locked():
         os.makedirs(shards_dir, exist_ok=True)
         manifest = os.path.join(shards_dir, "SCALE.json")
+        expected = MANIFEST | ({"keys": "random"} if random_keys else {})
         if os.path.exists(manifest):
-            if json.loads(Path(manifest).read_text()) != MANIFEST:
+            if json.loads(Path(manifest).read_text()) != expected:
                 raise SystemExit(f"{manifest} describes other shards than this script makes; use another --data")
         else:
-            Path(manifest).write_text(json.dumps(MANIFEST) + "\n")
+            Path(manifest).write_text(json.dumps(expected) + "\n")
         t0, made = time.perf_counter(), 0
         for i in range(need):
             path = os.path.join(shards_dir, _shard_name(i))
@@ -161,15 +172,15 @@ def ensure_data(data: str, sizes: list[int], log: Any) -> dict[int, str]:
                 continue
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path + ".tmp", "wb") as f:
-                shard_bytes(i).tofile(f)
+                shard_bytes(i, random_keys).tofile(f)
             os.replace(path + ".tmp", path)
             made += 1
         if made:
             log(f"made {made} shards ({made * SHARD_SIZE / 1e9:.1f} GB) in {time.perf_counter() - t0:.1f} s under {shards_dir}")
-        _check_first_shard(os.path.join(shards_dir, _shard_name(0)))
+        _check_first_shard(os.path.join(shards_dir, _shard_name(0)), random_keys)
         folders = {}
         for size in sizes:
-            folder = folders[size] = os.path.join(data, f"n{size}")
+            folder = folders[size] = os.path.join(data, f"{'r' if random_keys else 'n'}{size}")
             count = size // PARTS_PER_SHARD
             for i in range(count):
                 src, dst = os.path.join(shards_dir, _shard_name(i)), os.path.join(folder, _shard_name(i))
@@ -183,14 +194,15 @@ def ensure_data(data: str, sizes: list[int], log: Any) -> dict[int, str]:
     return folders
 
 
-def _check_first_shard(path: str) -> None:
+def _check_first_shard(path: str, random_keys: bool) -> None:
     """``tarfile`` reads the first shard back as the members meant (names, sizes, data)."""
     with tarfile.open(path) as tar:
         members = tar.getmembers()
         first = tar.extractfile(members[0])
         assert first is not None and first.read() == PARTS["jpg"]
     names = [m.name for m in members[: len(PARTS)]]
-    if len(members) != PARTS_PER_SHARD or names != [f"s00000_000000.{ext}" for ext in PARTS]:
+    key = _key_bytes(0, 1, random_keys).tobytes().decode()
+    if len(members) != PARTS_PER_SHARD or names != [f"{key}.{ext}" for ext in PARTS]:
         raise SystemExit(f"{path}: unexpected members {names}... ({len(members)})")
 
 
@@ -217,6 +229,7 @@ def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> di
     rows = [_size_row(n, folders[n], ss[n], fl[n]) for n in folders]
     return {
         "data": args.data,
+        "keys": "random" if args.random_keys else "in order",
         "shard": {"parts": PARTS_PER_SHARD, "samples": SAMPLES_PER_SHARD, "bytes": SHARD_SIZE, "parts_per_sample": list(PARTS)},
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_avg_1m": [round(x, 2) for x in load]},
         "num_workers": args.num_workers,
@@ -309,7 +322,7 @@ def print_report(res: dict[str, Any]) -> None:
     sh = res["shard"]
     load = res["machine"]["load_avg_1m"]
     print(
-        f"\nscale benchmark: shards of {sh['parts']:,} parts ({sh['samples']:,} samples x {len(sh['parts_per_sample'])} "
+        f"\nscale benchmark ({res['keys']} keys): shards of {sh['parts']:,} parts ({sh['samples']:,} samples x {len(sh['parts_per_sample'])} "
         f"parts, {sh['bytes'] / 1e6:.1f} MB), warm page cache, {res['machine']['cpus']} CPUs, --num-workers "
         f"{res['num_workers']}, medians of {res['repeat']}, load {min(load):.1f}-{max(load):.1f}"
     )
@@ -349,6 +362,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs per size, interleaved over the sizes (median kept)")
     ap.add_argument("--tolerance", type=float, default=0.10, help="allowed rise of t/(n log n) over the smallest size")
     ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
+    ap.add_argument("--random-keys", action="store_true", help="sample keys in no order (hex), own shards")
     ap.add_argument("--generate-only", action="store_true", help="make the data and stop")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
     args = ap.parse_args()
@@ -358,7 +372,7 @@ def main() -> None:
         raise SystemExit(f"sizes must be multiples of {PARTS_PER_SHARD:,} parts up to --max-parts: {sizes}")
     args.data = os.path.abspath(args.data)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    folders = ensure_data(args.data, sizes, log)
+    folders = ensure_data(args.data, sizes, log, args.random_keys)
     if args.generate_only:
         return
     res = run_sizes(args, folders, log)
