@@ -171,6 +171,9 @@ class _Listing:
         page = next(self.it, None)
         if page is None:
             return False
+        if isinstance(page[0], bytes) and self.pos < PLUS_ENTRIES:
+            # the first entries go one by one (READDIRPLUS attributes): split once, not per request
+            page = (blob_names(page[0]), page[1])
         self.page, self.start = page, 0
         return True
 
