@@ -713,10 +713,9 @@ def fuse_class(mfusepy: Any) -> type:
                 i, n = start, len(dirs)
                 if plus or fast is None:  # the entries given attributes, one call each
                     end = n if fast is None else min(n, start + max(0, PLUS_ENTRIES + 1 - first))
-                    if i < end and isinstance(names, bytes):
-                        names = blob_names(names)
+                    listed = blob_names(names) if i < end and isinstance(names, bytes) else names
                     while i < end:
-                        if add_one(names[i], dirs[i], first + i - start):
+                        if add_one(listed[i], dirs[i], first + i - start):  # type: ignore[arg-type]
                             return i - start
                         i += 1
                 if i < n and fast is not None:  # names only: the whole rest of the page in one C call

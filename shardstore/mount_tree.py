@@ -26,11 +26,11 @@ file, in listings and lookups alike.
 from __future__ import annotations
 
 import bisect
+import os
+import threading
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-import os
-import threading
 from typing import Any, TypeVar
 
 from . import nvmeta
@@ -346,6 +346,7 @@ class Tree:
         if cursor is None:
             path = os.path.abspath(self.index.path)
             uri = "file:" + urllib.parse.quote(path) + "?mode=ro&immutable=1"
+            assert _fast is not None
             try:
                 # not memory-mapped (mmap_size 0): each thread's mapping of the whole index would
                 # count in the mount's RSS once listed (60-90 MB here); read() costs 10% more CPU
@@ -414,6 +415,7 @@ class Tree:
             hi_b = _succ(prefix).encode() if prefix else None
         except UnicodeEncodeError:
             return None
+        assert _fast is not None
         blob, count, last, state = _fast.names_page(cursor, lo_b, after, hi_b, len(prefix_b), NAMES_PAGE)
         start = (last.decode("utf-8", "surrogateescape"), True) if last is not None else (lo, after)
         return blob, count, start, state
