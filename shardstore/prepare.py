@@ -22,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Connection, wait
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 from . import nvmeta
 from .errors import ConfigError, EmptyShardError, ShardstoreError, StorageError
@@ -253,6 +254,9 @@ def _scans(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str 
     elif storage.local_path("") is None:
         with ThreadPoolExecutor(workers) as threads:
             yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
+    elif "fork" not in multiprocessing.get_all_start_methods():  # no fork: threads (a part of the scan is in C)
+        with ThreadPoolExecutor(workers) as threads:
+            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
     else:
         yield from _process_scans(storage, tasks, workers)
 
@@ -262,60 +266,68 @@ class WorkerDiedError(ShardstoreError, RuntimeError):
     shard it held, if any, and how it ended."""
 
 
-#: Shards handed to one worker and not yet answered: the one it scans and the next, so it never
-#: waits for the parent between two shards.
-_PER_WORKER = 2
+#: A task on the shared task pipe: the shard's index, 8 bytes. One writer (the parent) and writes
+#: far below PIPE_BUF: each write, and so each worker's read of 8 bytes, is one whole task.
+_TASK = struct.Struct("<q")
 
 
 @dataclass
 class _Worker:
-    """One scan process and its own pipe: what it was given, in order, and not yet answered."""
+    """One scan process, its own answer pipe, and the shard it said it started and not answered."""
 
     process: Any  # multiprocessing.Process (BaseProcess; the context's class)
     conn: Connection
-    given: collections.deque[int] = field(default_factory=collections.deque)
+    current: int | None = None
 
 
 def _process_scans(storage: Storage, tasks: Sequence[_ScanArgs], workers: int) -> Iterator[ShardScan]:
-    """``_scan_task`` of each task in worker processes, results in task order.
+    """``_scan_task`` of each task in forked worker processes, results in task order.
 
-    Not ``multiprocessing.Pool``: its workers share one task queue and one result queue, each
-    guarded by a lock shared between processes, and ``Pool.terminate`` (run whenever the pool is
-    left with scans in flight: a broken shard, a duplicate key, Ctrl-C) kills workers that may
-    hold the result queue's lock or sit blocked writing a result nobody reads any more; its task
-    thread then waits for that lock forever (CPython issues 96995, 73945: the rare hang of
-    prepare under load). A worker that dies is not noticed either: its shard is lost and the
-    parent waits forever. Here each worker has a pipe of its own, the parent hands out shards
-    (at most ``_PER_WORKER`` per worker) and waits on every pipe and every process at once: a
-    worker that ends holding a shard is an error naming the shard and how the process ended,
-    and the end (normal or not) never depends on a lock a killed process may hold.
+    Not ``multiprocessing.Pool``: its workers share a task queue and a result queue, each guarded
+    by a lock shared between processes, and ``Pool.terminate`` (run whenever the pool is left with
+    scans in flight: a broken shard, a duplicate key, Ctrl-C) kills workers that may hold the
+    result queue's lock or sit blocked writing a result nobody reads any more; its task thread then
+    waits for that lock forever (CPython issues 96995, 73945: the rare hang of prepare under load).
+    A worker that dies is not noticed either: its shard is lost and the parent waits forever.
+
+    Here nothing is locked. Workers take shard indices from one shared pipe (whole 8-byte writes,
+    so whichever worker is free takes the next shard, as with Pool's queue) and answer on a pipe
+    of their own: first "started i", then the scan or its error. The parent waits on every answer
+    pipe and every process at once, so a worker that ends is an error naming the shard it had
+    started and how the process ended; the end, normal or not, waits on nothing a killed process
+    may hold. Closing the task pipe is how workers are told to stop.
     """
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    ctx = multiprocessing.get_context(method)
+    ctx = multiprocessing.get_context("fork")
     pool: list[_Worker] = []
+    task_r, task_w = os.pipe()
     finished = False
     try:
         for _ in range(workers):
             parent, child = ctx.Pipe()
-            _roomy(parent)
             _roomy(child)
-            # A forked worker closes the parent's ends of its siblings' pipes, so a worker whose
-            # parent is gone (SIGKILL) reads end-of-file and exits instead of waiting forever.
-            siblings = [w.conn for w in pool] + [parent] if method == "fork" else []
+            # A worker closes what it inherits of the parent's side (the task pipe's write end, the
+            # answer pipes' parent ends): a worker whose parent is gone (SIGKILL) reads end-of-file
+            # and exits instead of waiting forever.
+            inherited = [w.conn for w in pool] + [parent]
             process = ctx.Process(  # type: ignore[attr-defined]
-                target=_worker_main, args=(child, siblings), daemon=True, name="shardstore-scan"
+                target=_worker_main, args=(tasks, task_r, task_w, child, inherited), daemon=True, name="shardstore-scan"
             )
             process.start()
             child.close()
             pool.append(_Worker(process, parent))
-        yield from _hand_out(storage, tasks, pool)
+        os.close(task_r)
+        task_r = -1
+        yield from _hand_out(storage, tasks, pool, task_w)
         finished = True
     finally:
+        for fd in (task_r, task_w):
+            if fd >= 0:
+                os.close(fd)
         _stop_workers(pool, finished)
 
 
-#: Socket buffer for a worker's pipe: room for its answers (a shard's rows, ~0.4 MB for 4,000
-#: samples), so a worker goes on to its next shard instead of waiting for the parent to read.
+#: Socket buffer of a worker's answer pipe: room for its answers (a shard's rows, ~0.4 MB for
+#: 4,000 samples), so a worker goes on to its next shard instead of waiting for the parent to read.
 _PIPE_BUFFER = 4 << 20
 
 
@@ -332,22 +344,24 @@ def _roomy(conn: Connection) -> None:
                 sock.setsockopt(socket.SOL_SOCKET, option, _PIPE_BUFFER)
 
 
-def _hand_out(storage: Storage, tasks: Sequence[_ScanArgs], pool: list[_Worker]) -> Iterator[ShardScan]:
-    """The parent's side of ``_process_scans``: give out shards, collect answers, yield in order."""
+def _hand_out(storage: Storage, tasks: Sequence[_ScanArgs], pool: list[_Worker], task_w: int) -> Iterator[ShardScan]:
+    """The parent's side of ``_process_scans``: queue shards, collect answers, yield in order.
+
+    At most ``2 * workers`` shards are queued or done and not yet yielded (memory stays flat)."""
     window = 2 * len(pool)
     results: dict[int, tuple[bool, Any]] = {}
     next_task = next_out = 0
     while next_out < len(tasks):
-        while next_task < len(tasks) and next_task - next_out < window:
-            worker = min(pool, key=lambda w: len(w.given))
-            if len(worker.given) >= _PER_WORKER:
-                break
-            worker.given.append(next_task)
+        if next_task < len(tasks) and next_task - next_out < window:
+            end = min(len(tasks), next_out + window)
             try:
-                worker.conn.send(tasks[next_task])
-            except OSError:  # its end of the pipe is gone: the process ended
-                _died(storage, tasks, worker, results)
-            next_task += 1
+                os.write(task_w, b"".join(_TASK.pack(i) for i in range(next_task, end)))
+            except BrokenPipeError:  # every worker is gone
+                for worker in pool:
+                    worker.process.join(5)
+                    _died(storage, tasks, worker, results)
+                raise
+            next_task = end
         if next_out in results:
             ok, value = results.pop(next_out)
             if not ok:
@@ -355,35 +369,47 @@ def _hand_out(storage: Storage, tasks: Sequence[_ScanArgs], pool: list[_Worker])
             next_out += 1
             yield value
             continue
-        # Every process is watched, idle ones too: a worker must not end while the scan runs.
-        ready = wait([w.conn for w in pool if w.given] + [w.process.sentinel for w in pool])
+        ready = wait([w.conn for w in pool] + [w.process.sentinel for w in pool])
         for worker in pool:
             if worker.conn in ready or worker.process.sentinel in ready:
                 _collect(storage, tasks, worker, results)
 
 
 def _collect(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
-    """Take a worker's answer for its oldest shard; a worker that ended without one is an error."""
+    """Take what a worker said (a shard started, or its answer); a worker that ended is an error."""
     try:
-        if worker.given and worker.conn.poll():
-            results[worker.given.popleft()] = worker.conn.recv()
+        if worker.conn.poll():
+            _take(worker, results)
             return
     except (EOFError, OSError):
         pass  # ended while answering: the process is gone or going; say how below
     _died(storage, tasks, worker, results)
 
 
-def _died(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> NoReturn:
-    """Raise the error for a worker process that ended, naming the first shard it did not answer."""
+def _take(worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    message = worker.conn.recv()
+    if isinstance(message, int):  # "started shard i"
+        worker.current = message
+    else:
+        index, ok, value = message
+        results[index] = (ok, value)
+        worker.current = None
+
+
+def _died(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    """Raise the error for a worker process that ended, naming the shard it had started, if any.
+    (Returns only for a worker that is alive: a spurious wake-up.)"""
     with contextlib.suppress(EOFError, OSError):
-        while worker.given and worker.conn.poll():
-            results[worker.given.popleft()] = worker.conn.recv()
+        while worker.conn.poll():
+            _take(worker, results)
     if worker.process.exitcode is None:
         worker.process.join(5)
+        if worker.process.exitcode is None:
+            return
     how = f"{_how_it_ended(worker.process.exitcode)} (pid {worker.process.pid})"
-    if not worker.given:
+    if worker.current is None:
         raise WorkerDiedError(f"a shard scan worker process {how}", path=storage.url())
-    raise WorkerDiedError(f"the worker process scanning this shard {how}", path=storage.url(tasks[worker.given[0]][2]))
+    raise WorkerDiedError(f"the worker process scanning this shard {how}", path=storage.url(tasks[worker.current][2]))
 
 
 def _how_it_ended(code: int | None) -> str:
@@ -398,15 +424,11 @@ def _how_it_ended(code: int | None) -> str:
 
 
 def _stop_workers(pool: list[_Worker], finished: bool) -> None:
-    """End every worker and reap it. After a normal end each is told to stop and exits by itself;
-    after an error or an interrupt workers may be mid-scan (or blocked opening a FIFO), so they are
-    terminated at once. Nothing here waits on anything a killed worker could hold."""
+    """End every worker and reap it. After a normal end the task pipe is closed, so each worker
+    reads end-of-file and exits by itself; after an error or an interrupt workers may be mid-scan
+    (or blocked opening a FIFO), so they are terminated at once. Nothing here waits on anything a
+    killed worker could hold."""
     for worker in pool:
-        try:
-            if finished and worker.process.exitcode is None:
-                worker.conn.send(None)
-        except OSError:
-            pass
         worker.conn.close()
     deadline = time.monotonic() + (5 if finished else 0)
     for worker in pool:
@@ -420,35 +442,42 @@ def _stop_workers(pool: list[_Worker], finished: bool) -> None:
             worker.process.join()
 
 
-def _worker_main(conn: Connection, siblings: list[Connection]) -> None:
-    """A scan worker: shards from its pipe until ``None`` or end-of-file, each answered with
-    ``(True, ShardScan)`` or ``(False, the error)``.
+def _worker_main(tasks: Sequence[_ScanArgs], task_r: int, task_w: int, conn: Connection, inherited: list[Connection]) -> None:
+    """A scan worker: shard indices from the shared task pipe until end-of-file; for each, says
+    "started i" (an int) and then answers ``(i, True, ShardScan)`` or ``(i, False, the error)``.
 
     SIGTERM is the default again (a forked worker inherits the parent's unwinding handler,
     ``_sigterm_unwinds``) and SIGINT is ignored: Ctrl-C reaches the whole process group, and the
     parent, which handles it, ends the workers."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for other in siblings:
+    os.close(task_w)
+    for other in inherited:
         other.close()
     while True:
         try:
-            task = conn.recv()
+            raw = os.read(task_r, _TASK.size)
+        except OSError:
+            return
+        if len(raw) < _TASK.size:
+            return
+        (index,) = _TASK.unpack(raw)
+        try:
+            conn.send(index)
+            try:
+                answer: tuple[int, bool, Any] = (index, True, _scan_task(tasks[index]))
+            except Exception as e:  # handed to the parent, which raises it
+                answer = (index, False, e)
+            try:
+                conn.send(answer)
+            except (EOFError, OSError):
+                raise
+            except Exception as e:  # a result or an error that does not pickle: say what it was
+                why = f"its {'result' if answer[1] else 'error'} could not be handed over ({type(e).__name__}: {e})"
+                storage, _, name, _ = tasks[index]
+                conn.send((index, False, ShardstoreError(f"scan failed: {why}: {answer[2]!r}", path=storage.url(name))))
         except (EOFError, OSError):
             return
-        if task is None:
-            return
-        try:
-            answer: tuple[bool, Any] = (True, _scan_task(task))
-        except Exception as e:  # handed to the parent, which raises it
-            answer = (False, e)
-        try:
-            conn.send(answer)
-        except (EOFError, OSError):
-            return
-        except Exception as e:  # an error that does not pickle: say what it was
-            why = f"its {'error' if not answer[0] else 'result'} could not be handed over ({type(e).__name__}: {e})"
-            conn.send((False, ShardstoreError(f"scan failed: {why}: {answer[1]!r}", path=task[0].url(task[2]))))
 
 
 def _in_order(submit: Callable[[_T], Callable[[], ShardScan]], tasks: Sequence[_T], window: int) -> Iterator[ShardScan]:
