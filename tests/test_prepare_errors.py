@@ -365,16 +365,20 @@ def _children(pid: int) -> list[int]:
         return [int(c) for c in f.read().split()]
 
 
+#: ``openat``'s system call number, as /proc/PID/syscall shows it.
+_OPENAT = {"x86_64": "257", "aarch64": "56"}.get(os.uname().machine) if sys.platform == "linux" else None
+
+
 def _in_open(pid: int) -> bool:
     """The process sits in ``openat`` (a scan worker blocked opening the FIFO shard)."""
     try:
         with open(f"/proc/{pid}/syscall") as f:
-            return f.read().split()[0] == "257"  # x86-64 openat
+            return f.read().split()[0] == _OPENAT
     except (OSError, IndexError):
         return False
 
 
-@pytest.mark.skipif(not (sys.platform == "linux" and os.uname().machine == "x86_64"), reason="reads /proc/PID/syscall (x86-64 numbers)")
+@pytest.mark.skipif(_OPENAT is None, reason="finds the worker through /proc/PID/syscall (Linux on x86-64 or aarch64)")
 def test_killed_worker_is_a_clear_error(prepared_ds: tuple[Path, dict[str, bytes]]) -> None:
     """A scan worker killed mid-scan (SIGKILL, as the OOM killer does) fails prepare within seconds,
     naming the shard it held and the signal; no hang (multiprocessing.Pool waited forever for the
