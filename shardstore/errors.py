@@ -24,6 +24,7 @@ __all__ = [
     "PathEscapeError",
     "AuxNotFoundError",
     "MountError",
+    "WorkerDiedError",
     "place_message",
 ]
 
@@ -107,6 +108,11 @@ class IndexVersionError(ShardstoreError, ValueError):
 
 class StaleIndexError(ShardstoreError, RuntimeError):
     """A shard changed (size, mtime or ETag) after the dataset was prepared: rerun prepare."""
+
+
+class WorkerDiedError(ShardstoreError, RuntimeError):
+    """A prepare scan worker process ended during the scan (killed by a signal, crashed, exited);
+    names the shard it held, if any, and how it ended."""
 
 
 class SampleNotFoundError(ShardstoreError, KeyError):

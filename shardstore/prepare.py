@@ -35,7 +35,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
 from . import nvmeta
-from .errors import ConfigError, EmptyShardError, ShardstoreError, StorageError
+from .errors import ConfigError, EmptyShardError, ShardstoreError, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter, ShardRows
 from .index.taridx import offsets_bytes
 from .keys import group_batches
@@ -259,11 +259,6 @@ def _scans(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str 
             yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
     else:
         yield from _process_scans(storage, tasks, workers)
-
-
-class WorkerDiedError(ShardstoreError, RuntimeError):
-    """A scan worker process ended during the scan (killed by a signal, crashed, exited); names the
-    shard it held, if any, and how it ended."""
 
 
 #: A task on the shared task pipe: the shard's index, 8 bytes. One writer (the parent) and writes
