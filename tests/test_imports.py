@@ -40,6 +40,7 @@ STAGES = {
     "samples": 3,
     "decode": 3,
     "sharding": 3,
+    "scan": 4,
     "prepare": 4,
     "dataset": 4,
     "metadataset": 5,

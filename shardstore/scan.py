@@ -1,0 +1,370 @@
+"""Scanning shards: one shard's header walk into its counts, ``.tar.idx`` offsets and index rows
+(``scan_shard``), and many shards in parallel (``scan_shards``), results in shard order.
+
+Local shards are scanned by forked worker processes that share no lock: each takes the next shard
+number from one pipe only the parent writes, and answers on its own socket pair; the parent waits
+on every answer and every process at once, so a worker that dies is a ``WorkerDiedError`` naming
+its shard, never a hang (``multiprocessing.Pool.terminate`` could deadlock on a worker killed while
+holding its result queue's lock: CPython #96995). Remote shards are scanned by threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import itertools
+import multiprocessing
+import os
+import signal
+import socket
+import struct
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from typing import Any, TypeVar
+
+from .errors import EmptyShardError, ShardstoreError, WorkerDiedError
+from .index.sqlite import ShardRows
+from .keys import group_batches
+from .storage import FileStat, Storage
+from .tarscan import scan_storage_batches
+
+__all__ = ["ShardScan", "scan_shard", "scan_shards"]
+
+_T = TypeVar("_T")
+
+
+@dataclass
+class ShardScan:
+    """What a worker hands the parent about one shard: counts and ``.tar.idx`` offsets.
+
+    The index rows come as a ``ShardRows`` database (its bytes, or a file's path; None when no
+    rows were asked for): pickling a million rows to the parent and binding them there would
+    make the parent the bottleneck.
+    """
+
+    tar_file_id: int
+    name: str
+    stat: FileStat
+    samples: int
+    parts: int
+    part_names: Counter[str]
+    offsets: list[int]
+    rows: bytes | str | None
+
+
+
+def scan_shard(storage: Storage, tar_file_id: int, name: str, spill_path: str | None = None) -> ShardScan:
+    """Walk one shard's headers; return its counts, ``.tar.idx`` offsets and, if ``spill_path``
+    is given, its index rows for ``IndexWriter.merge`` (``ShardRows``; written to ``spill_path``
+    only where rows cannot be handed over in memory)."""
+    stat = storage.stat(name)
+    rows = _shard_rows() if spill_path is not None else None
+    offsets: list[int] = []
+    part_names: Counter[str] = Counter()
+    n_parts = end = 0
+    with _gc_paused():
+        if rows is not None:
+            rows.start()
+        for batch in group_batches(scan_storage_batches(storage, name)):
+            if rows is not None:
+                rows.add(batch)
+            offsets += batch.offsets
+            end = batch.offsets[-1] + batch.sizes[-1]
+            part_names.update(batch.part_names)
+            n_parts += len(batch.part_names)
+        handed = rows.finish(spill_path) if rows is not None and spill_path is not None else None
+    if not offsets:
+        raise EmptyShardError("shard holds no sample (Energon refuses empty shards too)", path=storage.url(name))
+    n_samples = len(offsets)
+    offsets.append(end)
+    return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed)
+
+
+_ROWS = threading.local()
+
+
+def _shard_rows() -> ShardRows:
+    """This thread's ``ShardRows``, made once per worker (never one inherited through ``fork``)."""
+    rows: tuple[int, ShardRows] | None = getattr(_ROWS, "rows", None)
+    if rows is None or rows[0] != os.getpid():
+        rows = _ROWS.rows = (os.getpid(), ShardRows())
+    return rows[1]
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a shard is scanned: the scan allocates hundreds of
+    thousands of tuples and lists (and no cycles), and each collection they trigger walks every
+    live object; that cost about a quarter of a worker's time."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+#: What a scan task gets: (storage, tar_file_id, shard name, spill path or None).
+_ScanArgs = tuple[Storage, int, str, "str | None"]
+
+
+def _scan_task(args: _ScanArgs) -> ShardScan:
+    return scan_shard(*args)
+
+
+def scan_shards(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str | None) -> Iterator[ShardScan]:
+    """Shard scans in shard order: worker processes for local files, threads for remote ones.
+
+    At most a few shards run ahead of the one the parent is merging, so neither finished scans
+    nor their row files pile up when the parent is the slower side: memory stays flat.
+    """
+    tasks = [
+        (storage, i, name, os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None)
+        for i, name in enumerate(shards)
+    ]
+    if workers <= 1 or len(shards) <= 1:
+        yield from map(_scan_task, tasks)
+    elif storage.local_path("") is None:
+        with ThreadPoolExecutor(workers) as threads:
+            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
+    elif "fork" not in multiprocessing.get_all_start_methods():  # no fork: threads (a part of the scan is in C)
+        with ThreadPoolExecutor(workers) as threads:
+            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
+    else:
+        yield from _process_scans(storage, tasks, workers)
+
+
+#: A task on the shared task pipe: the shard's index, 8 bytes. One writer (the parent) and writes
+#: far below PIPE_BUF: each write, and so each worker's read of 8 bytes, is one whole task.
+_TASK = struct.Struct("<q")
+
+
+@dataclass
+class _Worker:
+    """One scan process, its own answer pipe, and the shard it said it started and not answered."""
+
+    process: Any  # multiprocessing.Process (BaseProcess; the context's class)
+    conn: Connection
+    current: int | None = None
+
+
+def _process_scans(storage: Storage, tasks: Sequence[_ScanArgs], workers: int) -> Iterator[ShardScan]:
+    """``_scan_task`` of each task in forked worker processes, results in task order.
+
+    Not ``multiprocessing.Pool``: its workers share a task queue and a result queue, each guarded
+    by a lock shared between processes, and ``Pool.terminate`` (run whenever the pool is left with
+    scans in flight: a broken shard, a duplicate key, Ctrl-C) kills workers that may hold the
+    result queue's lock or sit blocked writing a result nobody reads any more; its task thread then
+    waits for that lock forever (CPython issues 96995, 73945: the rare hang of prepare under load).
+    A worker that dies is not noticed either: its shard is lost and the parent waits forever.
+
+    Here nothing is locked. Workers take shard indices from one shared pipe (whole 8-byte writes,
+    so whichever worker is free takes the next shard, as with Pool's queue) and answer on a pipe
+    of their own: first "started i", then the scan or its error. The parent waits on every answer
+    pipe and every process at once, so a worker that ends is an error naming the shard it had
+    started and how the process ended; the end, normal or not, waits on nothing a killed process
+    may hold. Closing the task pipe is how workers are told to stop.
+    """
+    ctx = multiprocessing.get_context("fork")
+    pool: list[_Worker] = []
+    task_r, task_w = os.pipe()
+    finished = False
+    try:
+        for _ in range(workers):
+            parent, child = ctx.Pipe()
+            _roomy(child)
+            # A worker closes what it inherits of the parent's side (the task pipe's write end, the
+            # answer pipes' parent ends): a worker whose parent is gone (SIGKILL) reads end-of-file
+            # and exits instead of waiting forever.
+            inherited = [w.conn for w in pool] + [parent]
+            process = ctx.Process(  # type: ignore[attr-defined]
+                target=_worker_main, args=(tasks, task_r, task_w, child, inherited), daemon=True, name="shardstore-scan"
+            )
+            process.start()
+            child.close()
+            pool.append(_Worker(process, parent))
+        os.close(task_r)
+        task_r = -1
+        yield from _hand_out(storage, tasks, pool, task_w)
+        finished = True
+    finally:
+        for fd in (task_r, task_w):
+            if fd >= 0:
+                os.close(fd)
+        _stop_workers(pool, finished)
+
+
+#: Socket buffer of a worker's answer pipe: room for its answers (a shard's rows, ~0.4 MB for
+#: 4,000 samples), so a worker goes on to its next shard instead of waiting for the parent to read.
+_PIPE_BUFFER = 4 << 20
+
+
+def _roomy(conn: Connection) -> None:
+    """Enlarge the buffers of the socket behind ``conn`` (as far as the kernel allows; on a Unix
+    socket pair the writer's send buffer is what bounds the data in flight)."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    with sock:
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, option, _PIPE_BUFFER)
+
+
+def _hand_out(storage: Storage, tasks: Sequence[_ScanArgs], pool: list[_Worker], task_w: int) -> Iterator[ShardScan]:
+    """The parent's side of ``_process_scans``: queue shards, collect answers, yield in order.
+
+    At most ``2 * workers`` shards are queued or done and not yet yielded (memory stays flat)."""
+    window = 2 * len(pool)
+    results: dict[int, tuple[bool, Any]] = {}
+    next_task = next_out = 0
+    while next_out < len(tasks):
+        if next_task < len(tasks) and next_task - next_out < window:
+            end = min(len(tasks), next_out + window)
+            try:
+                os.write(task_w, b"".join(_TASK.pack(i) for i in range(next_task, end)))
+            except BrokenPipeError:  # every worker is gone
+                for worker in pool:
+                    worker.process.join(5)
+                    _died(storage, tasks, worker, results)
+                raise
+            next_task = end
+        if next_out in results:
+            ok, value = results.pop(next_out)
+            if not ok:
+                raise value
+            next_out += 1
+            yield value
+            continue
+        ready = wait([w.conn for w in pool] + [w.process.sentinel for w in pool])
+        for worker in pool:
+            if worker.conn in ready or worker.process.sentinel in ready:
+                _collect(storage, tasks, worker, results)
+
+
+def _collect(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    """Take what a worker said (a shard started, or its answer); a worker that ended is an error."""
+    try:
+        if worker.conn.poll():
+            _take(worker, results)
+            return
+    except (EOFError, OSError):
+        pass  # ended while answering: the process is gone or going; say how below
+    _died(storage, tasks, worker, results)
+
+
+def _take(worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    message = worker.conn.recv()
+    if isinstance(message, int):  # "started shard i"
+        worker.current = message
+    else:
+        index, ok, value = message
+        results[index] = (ok, value)
+        worker.current = None
+
+
+def _died(storage: Storage, tasks: Sequence[_ScanArgs], worker: _Worker, results: dict[int, tuple[bool, Any]]) -> None:
+    """Raise the error for a worker process that ended, naming the shard it had started, if any.
+    (Returns only for a worker that is alive: a spurious wake-up.)"""
+    with contextlib.suppress(EOFError, OSError):
+        while worker.conn.poll():
+            _take(worker, results)
+    if worker.process.exitcode is None:
+        worker.process.join(5)
+        if worker.process.exitcode is None:
+            return
+    how = f"{_how_it_ended(worker.process.exitcode)} (pid {worker.process.pid})"
+    if worker.current is None:
+        raise WorkerDiedError(f"a shard scan worker process {how}", path=storage.url())
+    raise WorkerDiedError(f"the worker process scanning this shard {how}", path=storage.url(tasks[worker.current][2]))
+
+
+def _how_it_ended(code: int | None) -> str:
+    if code is None:
+        return "closed its pipe without an answer"
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _stop_workers(pool: list[_Worker], finished: bool) -> None:
+    """End every worker and reap it. After a normal end the task pipe is closed, so each worker
+    reads end-of-file and exits by itself; after an error or an interrupt workers may be mid-scan
+    (or blocked opening a FIFO), so they are terminated at once. Nothing here waits on anything a
+    killed worker could hold."""
+    for worker in pool:
+        worker.conn.close()
+    deadline = time.monotonic() + (5 if finished else 0)
+    for worker in pool:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+        if worker.process.exitcode is None:
+            worker.process.terminate()
+    for worker in pool:
+        worker.process.join(5)
+        if worker.process.exitcode is None:
+            worker.process.kill()
+            worker.process.join()
+
+
+def _worker_main(tasks: Sequence[_ScanArgs], task_r: int, task_w: int, conn: Connection, inherited: list[Connection]) -> None:
+    """A scan worker: shard indices from the shared task pipe until end-of-file; for each, says
+    "started i" (an int) and then answers ``(i, True, ShardScan)`` or ``(i, False, the error)``.
+
+    SIGTERM is the default again (a forked worker inherits the parent's unwinding handler,
+    ``_sigterm_unwinds``) and SIGINT is ignored: Ctrl-C reaches the whole process group, and the
+    parent, which handles it, ends the workers."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.close(task_w)
+    for other in inherited:
+        other.close()
+    while True:
+        try:
+            raw = os.read(task_r, _TASK.size)
+        except OSError:
+            return
+        if len(raw) < _TASK.size:
+            return
+        (index,) = _TASK.unpack(raw)
+        try:
+            conn.send(index)
+            try:
+                answer: tuple[int, bool, Any] = (index, True, _scan_task(tasks[index]))
+            except Exception as e:  # handed to the parent, which raises it
+                answer = (index, False, e)
+            try:
+                conn.send(answer)
+            except (EOFError, OSError):
+                raise
+            except Exception as e:  # a result or an error that does not pickle: say what it was
+                why = f"its {'result' if answer[1] else 'error'} could not be handed over ({type(e).__name__}: {e})"
+                storage, _, name, _ = tasks[index]
+                conn.send((index, False, ShardstoreError(f"scan failed: {why}: {answer[2]!r}", path=storage.url(name))))
+        except (EOFError, OSError):
+            return
+
+
+def _in_order(submit: Callable[[_T], Callable[[], ShardScan]], tasks: Sequence[_T], window: int) -> Iterator[ShardScan]:
+    """Results of ``tasks`` in order, with at most ``window`` submitted and not yet handed out."""
+    pending: collections.deque[Callable[[], ShardScan]] = collections.deque()
+    queue = iter(tasks)
+    for task in itertools.islice(queue, window):
+        pending.append(submit(task))
+    while pending:
+        result = pending.popleft()()
+        for task in itertools.islice(queue, 1):
+            pending.append(submit(task))
+        yield result
+
+
