@@ -548,9 +548,10 @@ def print_report(meta: dict[str, Any], sections: dict[str, Section], checks: lis
             b = sec.bound
             print(
                 f"  CPU bound: one by one takes {b['one_by_one_ms']:.2f} ms a sample, of which CPU "
-                f"{b['client_cpu_ms']:.2f} ms here + {b['server_cpu_ms']:.2f} ms in the server, on {b['cpus']} CPUs: "
-                f"no concurrency can gain more than {b['max_gain']:.1f}x; get_many gets "
-                f"{b['get_many_share_of_max'] * 100:.0f}% of that"
+                f"{b['client_cpu_ms']:.2f} ms here + {b['server_cpu_ms']:.2f} ms in the server (busy "
+                f"{(b['client_cpu_ms'] + b['server_cpu_ms']) / b['one_by_one_ms'] * 100:.0f}% of the time, "
+                f"little waiting to overlap): at that CPU per request, concurrency on {b['cpus']} CPUs gains "
+                f"at most {b['max_gain']:.1f}x; get_many gets {b['get_many_share_of_max'] * 100:.0f}% of that"
             )
     print("\n## ratios: wall, CPU (target)")
     for c in checks:
