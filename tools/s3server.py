@@ -322,21 +322,28 @@ def _killed_with_parent() -> None:
     _die_with_parent(signal.SIGKILL)
 
 
+def _answers(endpoint: str) -> bool:
+    """Whether an HTTP request to ``endpoint`` gets any answer (an unsigned request's 4xx counts)."""
+    try:
+        with urllib.request.urlopen(endpoint + "/", timeout=1):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except OSError:
+        return False
+
+
 def _wait_answering(endpoint: str, proc: subprocess.Popen[bytes], log: str, timeout: float) -> None:
-    """Until an HTTP request gets any answer (an unsigned request gets 4xx: that is fine)."""
+    """Until the server answers HTTP; fails at once if it exits."""
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
             raise Unavailable(f"server exited with code {proc.returncode}: {_tail(log)}")
-        try:
-            with urllib.request.urlopen(endpoint + "/", timeout=1):
-                return
-        except urllib.error.HTTPError:
+        if _answers(endpoint):
             return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise Unavailable(f"server did not answer at {endpoint} within {timeout:.0f} s: {_tail(log)}") from None
-            time.sleep(0.02)
+        if time.monotonic() > deadline:
+            raise Unavailable(f"server did not answer at {endpoint} within {timeout:.0f} s: {_tail(log)}")
+        time.sleep(0.02)
 
 
 def _tail(log: str, lines: int = 5) -> str:
@@ -662,16 +669,12 @@ def _wait_rgw(endpoint: str, procs: list[subprocess.Popen[bytes]], state: Path, 
                 outs = sorted((state / "log").glob("*.out"))
                 raise Unavailable(f"rgw: {name} exited with code {proc.returncode}: "
                                   + " | ".join(f"{o.name}: {_tail(str(o), 2)}" for o in outs))
-        try:
-            with urllib.request.urlopen(endpoint + "/", timeout=1):
-                return
-        except urllib.error.HTTPError:
+        if _answers(endpoint):
             return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise Unavailable(f"rgw did not answer at {endpoint} in time: "
-                                  f"{_tail(str(state / 'log' / 'client.rgw.log'), 3)}") from None
-            time.sleep(0.05)
+        if time.monotonic() > deadline:
+            raise Unavailable(f"rgw did not answer at {endpoint} in time: "
+                              f"{_tail(str(state / 'log' / 'client.rgw.log'), 3)}")
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager

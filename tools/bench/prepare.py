@@ -290,11 +290,16 @@ def main() -> None:
             shutil.rmtree(scratch, ignore_errors=True)
     print_report(results)
     if args.json:
-        text = json.dumps(results, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+        write_json(results, args.json)
+
+
+def write_json(results: dict[str, Any], dest: str) -> None:
+    """The figures as JSON, to ``dest`` (``-``: standard output)."""
+    text = json.dumps(results, indent=2)
+    if dest == "-":
+        print(text)
+    else:
+        Path(dest).write_text(text + "\n")
 
 
 def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str, venv_bin: Path) -> dict[str, Any]:

@@ -378,11 +378,7 @@ def main() -> None:
     res = run_sizes(args, folders, log)
     print_report(res)
     if args.json:
-        text = json.dumps(res, indent=2)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text + "\n")
+        pb.write_json(res, args.json)
 
 
 if __name__ == "__main__":
