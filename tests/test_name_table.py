@@ -218,6 +218,29 @@ def test_lookups_do_not_wait_for_another_builder(aux: Path, cache: Path, monkeyp
     assert store.dataset.index._find is not None  # picked up at the 12th lookup
 
 
+def test_cache_keeps_the_recently_used_tables_within_its_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each re-prepared index gets a new table: past ``SHARDSTORE_NAME_TABLE_CACHE_MB`` the least
+    recently used tables go (opening one counts as use), never the one just built."""
+    paths = []
+    for n in range(3):
+        root = tmp_path / f"aux{n}"
+        write_aux_tar(str(root), 30, shards=2)
+        shardstore.prepare(str(root), split_ratio="1,0,0", num_workers=1)
+        paths.append(str(root / ".nv-meta" / "index.sqlite"))
+    assert IndexReader(paths[0]).use_name_table() and IndexReader(paths[1]).use_name_table()
+    tables = [name_tables.name_table_path(p) for p in paths]
+    size = os.path.getsize(tables[0])
+    os.utime(tables[0], (1, 1))  # long unused ...
+    os.utime(tables[1], (2, 2))
+    assert IndexReader(paths[0]).use_name_table()  # ... until opened again now
+    monkeypatch.setenv("SHARDSTORE_NAME_TABLE_CACHE_MB", str(2.5 * size / (1 << 20)))  # room for two
+    reader = IndexReader(paths[2])
+    assert reader.use_name_table()
+    assert [os.path.exists(t) for t in tables] == [True, False, True]
+    assert not os.path.exists(tables[1] + ".lock")
+    assert reader.member("images/00007.jpg") is not None
+
+
 def test_unusable_cache_falls_back_to_sql(
     aux: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -45,7 +45,7 @@ from ..storage import cache_root
 if TYPE_CHECKING:
     import sqlite3
 
-__all__ = ["NameTable", "build_name_table", "name_table_path", "open_name_table"]
+__all__ = ["NameTable", "build_name_table", "name_table_path", "open_name_table", "prune_name_tables"]
 
 _MAGIC = b"SSNAMES\x00"
 _VERSION = 1
@@ -93,6 +93,8 @@ class NameTable:
             raise ValueError(f"name table {path} is not of {index_path}")
         self.entries = entries
         self.find: Callable[[str], Hit | None] = _finder(self._mm, slots - 1, slots_off, entries_off)
+        with contextlib.suppress(OSError):  # its mtime says when it was last used (prune_name_tables)
+            os.utime(path)
 
     def close(self) -> None:
         self.find = _closed
@@ -158,7 +160,40 @@ def open_name_table(
                 build_name_table(conn, index_path, path)
             finally:
                 conn.close()
+            prune_name_tables(os.path.dirname(path), keep=path)
     return NameTable(path, index_path)
+
+
+def _cache_limit() -> int:
+    """Bytes the name tables of the cache may take together (``SHARDSTORE_NAME_TABLE_CACHE_MB``,
+    default 4096): a table is about 70 bytes a member, and every re-prepared index gets a new one."""
+    try:
+        return int(float(os.environ.get("SHARDSTORE_NAME_TABLE_CACHE_MB", "4096")) * (1 << 20))
+    except ValueError:
+        return 4096 << 20
+
+
+def prune_name_tables(folder: str, keep: str) -> list[str]:
+    """Delete the least recently used tables of ``folder`` (by mtime, which opening a table
+    touches) until the rest fit in the cache limit; never ``keep``. Returns what was deleted.
+    A process that has a deleted table open keeps reading its mapping; later ones build anew."""
+    tables = []
+    for entry in os.scandir(folder):
+        if entry.name.endswith(f".v{_VERSION}") and entry.path != keep:
+            with contextlib.suppress(OSError):
+                st = entry.stat()
+                tables.append((st.st_mtime, st.st_size, entry.path))
+    total = sum(size for _, size, _ in tables) + os.path.getsize(keep)
+    deleted = []
+    for _, size, path in sorted(tables):
+        if total <= _cache_limit():
+            break
+        for name in (path, path + ".lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name)
+        total -= size
+        deleted.append(path)
+    return deleted
 
 
 @contextlib.contextmanager
