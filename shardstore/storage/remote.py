@@ -22,6 +22,9 @@ REMOTE_MERGE_GAP = 1 << 20
 _PROTOCOL_EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}
 
 
+#: ``FsspecStorage._fast`` before it is decided.
+_UNSET = object()
+
 #: Every live ``FsspecStorage``: a forked child drops their clients and makes its own.
 _REMOTE_STORAGES: weakref.WeakSet[FsspecStorage] = weakref.WeakSet()
 #: In a forked child: the parent's clients, kept alive so they are never garbage-collected here.
@@ -66,6 +69,7 @@ class FsspecStorage(Storage):
         self.storage_options = dict(storage_options or {})
         self.root = root.rstrip("/")
         self._fs: Any = None
+        self._fast: Any = _UNSET
         self._prefix = self.fs._strip_protocol(self.root).rstrip("/")
         _REMOTE_STORAGES.add(self)
 
@@ -85,6 +89,20 @@ class FsspecStorage(Storage):
                     path=self.root,
                 ) from e
         return self._fs
+
+    def _fast_reader(self) -> Any:
+        """The lean range-GET path (``s3http``) when these options allow it, else None (s3fs)."""
+        if self._fast is _UNSET:
+            from .s3http import fast_reader
+
+            config = client_options(self.protocol, self.storage_options).get("config_kwargs") or {}
+            self._fast = fast_reader(
+                self.protocol,
+                self.storage_options,
+                float(config.get("connect_timeout", S3_CONNECT_TIMEOUT)),
+                float(config.get("read_timeout", S3_READ_TIMEOUT)),
+            )
+        return self._fast
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root, "storage_options": self.storage_options}
@@ -126,12 +144,13 @@ class FsspecStorage(Storage):
     def read_range(self, path: str, rng: ByteRange) -> bytes:
         if rng.size == 0:  # a zero-length range request is ambiguous across servers: skip it
             return b""
-        data: bytes = self._retry(
-            f"read of bytes {rng.offset}-{rng.end - 1}",
-            path,
-            lambda: self.fs.cat_file(self._full(path), start=rng.offset, end=rng.end),
-            rng.offset,
-        )
+        fast = self._fast_reader()
+        if fast is not None:
+            bucket, _, key = self._full(path).partition("/")
+            fetch: Callable[[], bytes] = lambda: fast.get_range(bucket, key, rng.offset, rng.size)  # noqa: E731
+        else:
+            fetch = lambda: self.fs.cat_file(self._full(path), start=rng.offset, end=rng.end)  # noqa: E731
+        data: bytes = self._retry(f"read of bytes {rng.offset}-{rng.end - 1}", path, fetch, rng.offset)
         if len(data) != rng.size:
             raise StorageError(
                 f"short read of bytes {rng.offset}-{rng.end - 1}: got {len(data)} of {rng.size} bytes "
@@ -159,6 +178,10 @@ class FsspecStorage(Storage):
         retries transient errors with backoff and raises the error that names object and range.
         """
         todo = [i for i, (_, rng) in enumerate(reads) if rng.size]
+        if len(todo) > 1 and self._fast_reader() is not None:
+            from .s3http import map_concurrent
+
+            return map_concurrent(lambda job: self.read_range(*job), builtins.list(reads))
         if len(todo) <= 1 or not getattr(self.fs, "async_impl", False):
             return super()._read_merged(reads, max_workers)
         results = self.fs.cat_ranges(
