@@ -25,6 +25,7 @@ __all__ = [
     "AuxNotFoundError",
     "MountError",
     "WorkerDiedError",
+    "EpisodeFormatError",
     "place_message",
 ]
 
@@ -155,3 +156,8 @@ class AuxNotFoundError(ConfigError, KeyError):
 
 class MountError(ShardstoreError, OSError):
     """Mounting or unmounting failed (no FUSE, mount point busy, the mount process died)."""
+
+
+class EpisodeFormatError(ShardstoreError, ValueError):
+    """An episode does not fit the episode model or its format's rules; ``member`` names the episode
+    and field (``episode 3, field 'actions'``), ``path`` the source file."""
