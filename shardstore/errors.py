@@ -26,6 +26,8 @@ __all__ = [
     "MountError",
     "WorkerDiedError",
     "EpisodeFormatError",
+    "LinkLoopWarning",
+    "PrepareLockedError",
     "place_message",
 ]
 
@@ -161,3 +163,12 @@ class MountError(ShardstoreError, OSError):
 class EpisodeFormatError(ShardstoreError, ValueError):
     """An episode does not fit the episode model or its format's rules; ``member`` names the episode
     and field (``episode 3, field 'actions'``), ``path`` the source file."""
+
+
+class LinkLoopWarning(UserWarning):
+    """A symlinked folder leads to a folder already listed (``ln -s .. parts/loop``): not followed
+    again. The message names the link and where the folder was first listed."""
+
+
+class PrepareLockedError(ShardstoreError, BlockingIOError):
+    """Another prepare holds this dataset's lock (``.nv-meta.lock``); the message names its process."""

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from .dataset import Dataset
 from .errors import PathEscapeError, SampleNotFoundError, StorageError
 from .keys import split_name
-from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, open_storage
+from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, contained_path, open_storage
 
 __all__ = ["FileStore", "IndexedTarStore", "FolderStore", "open_file_store", "FILESYSTEM_PREFIX"]
 
@@ -247,14 +247,10 @@ def safe_name(name: str, root: str) -> str:
     Refused: absolute paths (``/x``, ``\\\\x``, ``C:x``), any ``..`` component, empty names and NUL
     bytes. ``./a//b`` becomes ``a/b``. The check is on the name alone; nothing is resolved.
     """
-    if not isinstance(name, str) or not name or "\x00" in name:
+    if not isinstance(name, str) or not name:
         raise PathEscapeError("not a file name", path=root, member=repr(name))
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":" and name[0].isalpha()):
-        raise PathEscapeError("absolute names are refused: a store only serves names inside it", path=root, member=name)
-    parts = name.replace("\\", "/").split("/")
-    if ".." in parts:
-        raise PathEscapeError("'..' is refused: the name would leave the store", path=root, member=name)
-    clean = posixpath.normpath("/".join(parts))
+    contained_path(name, root)  # the package's one containment rule (storage/base.py)
+    clean = posixpath.normpath(name.replace("\\", "/"))
     if clean in (".", ""):
         raise PathEscapeError("not a file name", path=root, member=name)
     return clean

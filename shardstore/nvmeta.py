@@ -23,7 +23,7 @@ import braceexpand
 import yaml
 
 from .errors import ConfigError, DatasetNotPreparedError, IndexVersionError, StorageError
-from .storage import FileStat, Storage, is_remote_url, open_storage
+from .storage import FileStat, Storage, contained_path, is_remote_url, open_storage
 
 __all__ = [
     "META_DIR",
@@ -192,7 +192,7 @@ class Splits:
                 f"no split {split!r}; the dataset has {sorted(self.split_parts)}", path=SPLIT_YAML, member=split
             )
         excluded = set(brace_expand(self.exclude))
-        return [s for s in brace_expand(self.split_parts[split]) if s not in excluded]
+        return [contained_path(s, ".", SPLIT_YAML) for s in brace_expand(self.split_parts[split]) if s not in excluded]
 
     def excluded_samples(self) -> set[str]:
         """``shard/key`` entries: samples dropped from iteration (they keep their index slot)."""
@@ -233,7 +233,8 @@ def read_info(storage: Storage) -> DatasetInfo:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
                 raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
-            return DatasetInfo(str(raw.get("energon_version", "unknown")), {str(k): int(v) for k, v in raw["shard_counts"].items()})
+            counts = {contained_path(str(k), storage.url(), storage.url(path)): int(v) for k, v in raw["shard_counts"].items()}
+            return DatasetInfo(str(raw.get("energon_version", "unknown")), counts)
     raise DatasetNotPreparedError(
         f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first", path=storage.url()
     )

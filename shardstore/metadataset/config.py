@@ -18,8 +18,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import ConfigError, ShardstoreError
-from ..storage import is_remote_url, open_storage
+from ..errors import ConfigError, PathEscapeError, ShardstoreError
+from ..nvmeta import META_DIR
+from ..storage import contained_path, is_remote_url, open_storage
 
 #: Blend modes (Energon's ``DatasetBlendMode``): by weight, by repetitions, or a single source.
 BLEND, BLEND_EPOCHIZED, SINGLE = "blend", "blend_epochized", "single"
@@ -63,10 +64,23 @@ def folder_of(url: str) -> str:
     return os.path.dirname(os.path.abspath(url))
 
 
-def _resolve(base: str, path: str) -> str:
-    """``path`` relative to the folder ``base`` (a local folder or a URL), unless it is absolute or a URL."""
+def _resolve(base: str, path: str, where: Where) -> str:
+    """``path`` relative to the folder ``base`` (a local folder or a URL), unless it is absolute or a URL.
+
+    A relative reference stays inside the YAML's folder (``contained_path``: no ``..``, no NUL), so
+    a YAML shipped inside a dataset cannot reach beside it by a relative path. An absolute path or
+    a URL is the YAML author's explicit choice (as in Energon: data in a bucket, a YAML in a home
+    folder) and is taken as written; docs/format.md says to review those of a YAML you did not write.
+    """
+    if "\x00" in path:
+        raise PathEscapeError("NUL byte in a path: refused", path=where.file, member=where.key or None)
     if _URL_RE.match(path):
         return path
+    if not os.path.isabs(os.path.expanduser(path)):
+        try:
+            contained_path(path, base)
+        except PathEscapeError as e:
+            raise PathEscapeError(f"{path!r}: {e.detail}", path=where.file, member=where.key or None) from None
     if is_remote_url(base):
         protocol, rest = base.split("://", 1)
         return f"{protocol}://{posixpath.normpath(posixpath.join(rest, path))}"
@@ -283,7 +297,7 @@ def _parse_aux(raw: Any, base: str, where: Where) -> tuple[AuxRef, ...]:
             if fs_type.lower() != "filesystem":
                 raise w.error(f"unknown aux path type {fs_type!r} in {value!r}; use filesystem+{protocol}://")
             folder, value = True, f"{protocol}://{m.group('path')}"
-        out.append(AuxRef(name, _resolve(base, value), folder, w))
+        out.append(AuxRef(name, _resolve(base, value, w), folder, w))
     return tuple(out)
 
 
@@ -308,17 +322,28 @@ def _parse_ref(raw: Any, base: str, where: Where, version: int, extra: frozenset
         raise (where / "nonmatch").error(f"nonmatch must be one of {', '.join(_NONMATCH)}, got {nonmatch!r}")
     return DatasetRef(
         where=where,
-        path=_resolve(base, path),
+        path=_resolve(base, path, where / "path"),
         split_part=_typed(raw, "split_part", (str,), where),
         subflavors=subflavors,
         subset=_parse_subset(raw["subset"], where / "subset") if raw.get("subset") is not None else None,
-        dataset_config=_typed(raw, "dataset_config", (str,), where),
-        split_config=_typed(raw, "split_config", (str,), where),
+        dataset_config=_nv_meta_name(raw, "dataset_config", where),
+        split_config=_nv_meta_name(raw, "split_config", where),
         aux=_parse_aux(raw.get("aux"), base, where / "aux"),
         weight=weight,
         repetitions=reps,
         nonmatch=nonmatch,
     )
+
+
+def _nv_meta_name(raw: dict[str, Any], key: str, where: Where) -> str | None:
+    """A file name inside the referenced dataset's ``.nv-meta`` (``split_config``, ``dataset_config``)."""
+    name = _typed(raw, key, (str,), where)
+    if name is not None:
+        try:
+            contained_path(name, META_DIR)
+        except PathEscapeError as e:
+            raise PathEscapeError(f"{name!r}: {e.detail}", path=where.file, member=(where / key).key) from None
+    return name
 
 
 def _parse_joiner(raw: Any, where: Where) -> str:

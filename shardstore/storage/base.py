@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import tempfile
 import uuid
 from abc import ABC, abstractmethod
@@ -15,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO
 
-from ..errors import StorageError
+from ..errors import PathEscapeError, StorageError
 
 #: Ranges closer than this are read as one request (the gap is read and dropped).
 MERGE_GAP = 64 * 1024
@@ -60,6 +61,28 @@ def merge_ranges(ranges: Sequence[ByteRange], gap: int = MERGE_GAP) -> list[tupl
         else:
             merged.append((r, [i]))
     return merged
+
+
+_DRIVE_OR_URL = re.compile(r"^(?:[A-Za-z]:|[A-Za-z][A-Za-z0-9+.-]*://)")
+
+
+def contained_path(name: str, root: str, where: str | None = None) -> str:
+    """``name`` itself if it stays inside ``root``; ``PathEscapeError`` otherwise.
+
+    The one containment rule for every path read from a dataset's own files (shard names in
+    ``.info.json`` and ``split.yaml``, ``.tar.idx`` paths, S3 keys, metadataset references): an
+    untrusted dataset must not make a reader open a file outside its root. Refused: a NUL byte, an
+    absolute path (``/x``, ``\\x``, ``C:x``), a URL or another root (``s3://other/x``) and any ``..``
+    component (``/`` or ``\\`` separated). The check is lexical: symlinks inside the root are the
+    user's own and are followed as usual. ``where`` names the file the name came from.
+    """
+    if not isinstance(name, str) or "\x00" in name:
+        raise PathEscapeError("NUL byte or non-text in a path: refused", path=where or root, member=repr(name))
+    if name.startswith(("/", "\\")) or _DRIVE_OR_URL.match(name):
+        raise PathEscapeError(f"absolute path or other root refused: it would leave {root}", path=where or root, member=name)
+    if ".." in name.replace("\\", "/").split("/"):
+        raise PathEscapeError(f"'..' refused: the path would leave {root}", path=where or root, member=name)
+    return name
 
 
 def is_remote_url(url: str) -> bool:

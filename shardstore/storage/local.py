@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 import os
 import shutil
@@ -9,11 +10,12 @@ import stat as stat_module
 import tempfile
 import threading
 import uuid
+import warnings
 import weakref
 from typing import IO, Any
 
-from ..errors import StorageError
-from .base import ByteRange, FileStat, Storage, _not_found
+from ..errors import LinkLoopWarning, StorageError
+from .base import ByteRange, FileStat, Storage, _not_found, contained_path
 
 _UMASK = os.umask(0o22)
 os.umask(_UMASK)
@@ -52,7 +54,8 @@ class LocalStorage(Storage):
         self.__init__(state["root"])  # type: ignore[misc]
 
     def _abs(self, path: str) -> str:
-        return os.path.join(self.root, path) if path else self.root
+        """The local path of ``path``; ``PathEscapeError`` for a name that would leave the root."""
+        return os.path.join(self.root, contained_path(path, self.root)) if path else self.root
 
     def local_path(self, path: str) -> str | None:
         return self._abs(path)
@@ -116,13 +119,16 @@ class LocalStorage(Storage):
         return data
 
     def list(self, suffixes: tuple[str, ...] = ()) -> list[str]:
-        found = []
-        for dirpath, dirnames, filenames in os.walk(self.root, followlinks=True):
-            dirnames[:] = [d for d in dirnames if d != ".nv-meta"]
-            rel = os.path.relpath(dirpath, self.root)
-            for name in filenames:
-                if not suffixes or name.endswith(suffixes):
-                    found.append(name if rel == "." else f"{rel}/{name}".replace(os.sep, "/"))
+        """Every file under the root, following symlinks but visiting each real folder once (by
+        ``(st_dev, st_ino)``): a link back up (``ln -s .. parts/loop``) would otherwise be walked
+        without end. Each link skipped that way is reported with a ``LinkLoopWarning``."""
+        found: list[str] = []
+        for rel, link, first in walk_files(self.root, found, suffixes):
+            warnings.warn(
+                LinkLoopWarning(f"{os.path.join(self.root, rel)}: symlink {link!r} leads to a folder already listed "
+                                f"as {first or '.'!r}; not followed again"),
+                stacklevel=2,
+            )
         return sorted(found)
 
     def open(self, path: str) -> IO[bytes]:
@@ -174,6 +180,53 @@ class LocalStorage(Storage):
                 _unlink_quiet(tmp)
                 raise
             os.unlink(local_path)
+
+
+def walk_files(root: str, found: list[str], suffixes: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """Append to ``found`` the files under ``root`` (relative, ``/``-separated, ``.nv-meta`` left out);
+    return the links that led to a folder seen before: (their relative path, where they point, the
+    relative path the folder was first listed under).
+
+    Breadth first, entries in name order with real folders before links: a folder reached twice is
+    listed under its shallowest name, the same one on every run."""
+    try:
+        st = os.stat(root)
+    except OSError as e:
+        raise StorageError(f"cannot list: {e.strerror}", path=root) from e
+    seen = {(st.st_dev, st.st_ino): ""}
+    skipped: list[tuple[str, str, str]] = []
+    queue = collections.deque([""])
+    while queue:
+        rel = queue.popleft()
+        try:
+            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+                entries = sorted(it, key=lambda e: (e.is_symlink(), e.name))
+        except OSError:
+            continue  # unreadable or vanished folder: as os.walk, skip it
+        for entry in entries:
+            child = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                is_dir = entry.is_dir(follow_symlinks=True)
+            except OSError:
+                continue
+            if not is_dir:
+                if (not suffixes or entry.name.endswith(suffixes)) and entry.is_file(follow_symlinks=True):
+                    found.append(child)
+                continue
+            if entry.name == ".nv-meta":
+                continue
+            try:
+                cst = entry.stat(follow_symlinks=True)
+            except OSError:
+                continue
+            key = (cst.st_dev, cst.st_ino)
+            if key in seen:
+                if entry.is_symlink():
+                    skipped.append((child, os.readlink(entry.path), seen[key]))
+                continue
+            seen[key] = child
+            queue.append(child)
+    return skipped
 
 
 def _unlink_quiet(path: str) -> None:

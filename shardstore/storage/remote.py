@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import IO, Any
 
 from ..errors import MissingExtraError, StorageError
-from .base import ByteRange, FileStat, Storage, _not_found
+from .base import ByteRange, FileStat, Storage, _not_found, contained_path
 
 #: Ranges closer than this are read as one request: a request costs tens of ms, about what 1 MiB
 #: more of data costs.
@@ -111,7 +111,8 @@ class FsspecStorage(Storage):
         self.__init__(state["root"], state["storage_options"])  # type: ignore[misc]
 
     def _full(self, path: str) -> str:
-        return f"{self._prefix}/{path}" if path else self._prefix
+        """The key of ``path``; ``PathEscapeError`` for a name that would leave the prefix."""
+        return f"{self._prefix}/{contained_path(path, self.root)}" if path else self._prefix
 
     def _retry(self, what: str, path: str, fn: Callable[[], Any], offset: int | None = None) -> Any:
         """``fn()``, retried with exponential backoff on transient errors; errors name ``path`` and ``what``."""
