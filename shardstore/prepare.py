@@ -16,18 +16,18 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from . import nvmeta
-from .errors import ConfigError, StorageError, WorkerDiedError
+from . import metaswap, nvmeta
+from .errors import ConfigError, LinkLoopWarning, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
 from .scan import ShardScan, scan_shards
@@ -149,7 +149,10 @@ def _split_shards(
 
 
 class _Staging:
-    """The new ``.nv-meta`` under construction: a local folder, swapped in (or uploaded) at the end."""
+    """The new ``.nv-meta`` under construction: a local folder, swapped in (or uploaded) at the end.
+
+    Locally the caller holds the dataset's ``PrepareLock``; ``commit`` follows metaswap.py's order
+    (``.tar.idx`` files, then one atomic exchange, then the old generation removed)."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
@@ -159,8 +162,7 @@ class _Staging:
             final = os.path.join(local_root, nvmeta.META_DIR)
             if os.path.lexists(final) and not os.path.isdir(final):
                 raise StorageError(f"cannot write {nvmeta.META_DIR}: it exists and is not a folder", path=final)
-            _remove_dead_stagings(local_root)
-            self.dir = os.path.join(local_root, f"{_STAGING_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+            self.dir = os.path.join(local_root, f"{metaswap.STAGING_PREFIX}{metaswap.HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
         else:
             self.dir = scratch_path("-nv-meta")
         try:
@@ -199,16 +201,31 @@ class _Staging:
                 shutil.copy2(src, self.path(name))
 
     def _place_tar_idx(self) -> None:
-        """Move the staged ``.tar.idx`` files beside their shards, then drop their staging folder."""
+        """Move the staged ``.tar.idx`` files beside their shards, then drop their staging folder.
+
+        A file whose bytes are already in place is left alone: a ``.tar.idx`` is a function of its
+        shard's bytes, so for an unchanged shard the old and the new index share it, and a reader of
+        either never sees it change. Each other file is replaced by one atomic rename."""
         root = os.path.join(self.dir, _TAR_IDX_DIR)
-        for dirpath, _, files in os.walk(root):
-            for f in files:
+        placed = 0
+        for dirpath, _, files in sorted(os.walk(root)):
+            for f in sorted(files):
                 local = os.path.join(dirpath, f)
-                self.storage.put_file(local, os.path.relpath(local, root).replace(os.sep, "/"))
+                rel = os.path.relpath(local, root).replace(os.sep, "/")
+                if self.local and _same_bytes(local, self.storage.local_path(rel)):
+                    continue
+                self.storage.put_file(local, rel)
+                placed += 1
+                if placed == 1:
+                    metaswap.pause_point("idx-placed")
         shutil.rmtree(root, ignore_errors=True)
 
     def commit(self) -> None:
-        """Swap the staging folder in: the old ``.nv-meta`` is complete until the new one is."""
+        """Swap the staging folder in: the old ``.nv-meta`` is complete until the new one is.
+
+        Remote (no rename there): ``.tar.idx`` files, then ``.nv-meta``'s files with ``index.uuid``
+        last, one atomic PUT each (docs/format.md says what readers see meanwhile)."""
+        metaswap.pause_point("staged")
         if not self.local:
             self._place_tar_idx()
             names = sorted(os.listdir(self.dir), key=lambda n: n == nvmeta.INDEX_UUID)  # uuid last
@@ -218,23 +235,32 @@ class _Staging:
             return
         final = self.storage.local_path(nvmeta.META_DIR)
         assert final is not None
-        old = None
+        self._place_tar_idx()
+        metaswap.pause_point("before-swap")
         try:
-            if os.path.exists(final):  # first, so an unwritable .nv-meta fails before anything changed
-                aside = f"{final}.old-{uuid.uuid4().hex[:12]}"
-                os.rename(final, aside)
-                old = aside
-            self._place_tar_idx()
-            os.rename(self.dir, final)
+            old = metaswap.swap_in(self.dir, final)
         except OSError as e:
-            if old is not None:
-                os.rename(old, final)
             raise StorageError(f"cannot replace {nvmeta.META_DIR}: {e.strerror or e}", path=final) from e
         if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            self.dir = old  # from here an abort (Ctrl-C) removes the old generation, as commit does
+            metaswap.remove_generation(old)
+        metaswap.pause_point("cleaned")
 
     def abort(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        metaswap.remove_generation(self.dir)
+
+
+def _same_bytes(staged: str, placed: str | None) -> bool:
+    """True when the file ``placed`` exists and holds exactly the bytes of ``staged``."""
+    if placed is None:
+        return False
+    try:
+        if os.path.getsize(staged) != os.path.getsize(placed):
+            return False
+        with open(staged, "rb") as a, open(placed, "rb") as b:
+            return a.read() == b.read()
+    except OSError:
+        return False
 
 
 def _exit_on_sigterm(owner: int, signum: int, frame: object) -> None:
@@ -262,32 +288,8 @@ def _sigterm_unwinds(fn: _F) -> _F:
     return wrapper  # type: ignore[return-value]
 
 
-_STAGING_PREFIX = f"{nvmeta.META_DIR}.tmp-"
 #: Folder of the staging folder for rows that workers cannot hand over in memory (Python 3.10).
 _ROWS_DIR = "rows.tmp"
-_HOST = socket.gethostname().replace("-", "_")
-
-
-def _remove_dead_stagings(root: str) -> None:
-    """Remove staging folders left by a prepare on this host that was killed (SIGKILL, power loss).
-
-    A staging folder is named ``.nv-meta.tmp-<host>-<pid>-<random>``; one whose process is gone is
-    garbage. Folders of live processes, of other hosts (shared filesystems) or of unknown form stay.
-    """
-    try:
-        names = [n for n in os.listdir(root) if n.startswith(_STAGING_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        parts = name[len(_STAGING_PREFIX) :].rsplit("-", 2)
-        if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
-            continue
-        try:
-            os.kill(int(parts[1]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-        except OSError:
-            pass  # alive (another user's process) or unknowable: leave it
 
 
 def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
@@ -334,6 +336,39 @@ def prepare(
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON in field map: {e}", member="field_map") from e
+    root = storage.local_path("")
+    lock = metaswap.PrepareLock(root) if root is not None and os.path.isdir(root) else None
+    try:
+        return _prepare_locked(
+            storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
+            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
+        )
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _prepare_locked(
+    storage: Storage,
+    t0: float,
+    split_ratio: str | Sequence[tuple[str, float]] | None,
+    split_parts: Sequence[str] | None,
+    exclude: str | None,
+    num_workers: int | None,
+    shuffle_tars: bool,
+    tar_index_only: bool,
+    force_overwrite: bool,
+    skip_dataset_yaml: bool,
+    sample_type: str | None,
+    field_map: dict[str, str] | None,
+    progress: bool,
+    choose_dataset_yaml: DatasetYamlChooser | None,
+) -> PrepareReport:
+    """``prepare`` once it holds the dataset's lock (local): first undo what an interrupted prepare
+    left (metaswap.recover), then index and commit."""
+    root = storage.local_path("")
+    recovered = metaswap.recover(root, holding_lock=True).actions() if root is not None and os.path.isdir(root) else []
+    metaswap.pause_point("locked")
     already = storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(
         f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"
     )
@@ -347,7 +382,10 @@ def prepare(
                 "dataset is already prepared; pass force_overwrite (--force-overwrite) to prepare it again",
                 path=storage.url(nvmeta.META_DIR),
             )
-        shards = discover_shards(storage, exclude)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LinkLoopWarning)
+            shards = discover_shards(storage, exclude)
+        recovered += [str(w.message) for w in caught if issubclass(w.category, LinkLoopWarning)]
     if not shards:
         raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
@@ -421,7 +459,7 @@ def prepare(
         if staging is not None:
             staging.abort()
         raise
-    problems = [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
+    problems = recovered + [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
     return PrepareReport(
         path=storage.url(),
         shards=len(shards),

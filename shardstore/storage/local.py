@@ -210,8 +210,8 @@ def walk_files(root: str, found: list[str], suffixes: tuple[str, ...] = ()) -> l
             except OSError:
                 continue
             if not is_dir:
-                if (not suffixes or entry.name.endswith(suffixes)) and entry.is_file(follow_symlinks=True):
-                    found.append(child)
+                if not suffixes or entry.name.endswith(suffixes):
+                    found.append(child)  # any non-folder, as os.walk: prepare reports what is not a tar
                 continue
             if entry.name == ".nv-meta":
                 continue
