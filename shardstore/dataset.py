@@ -26,6 +26,7 @@ from .errors import (
     ConfigError,
     DatasetNotPreparedError,
     SampleNotFoundError,
+    ShardstoreError,
     StaleIndexError,
     StorageError,
 )
@@ -33,7 +34,8 @@ from .index.sqlite import IndexReader, SampleLocation
 from .index.taridx import read_offsets
 from .keys import split_name
 from .samples import Sample
-from .storage import ByteRange, Storage, cache_root, open_storage
+from .snapshot import PinnedLocalStorage, open_dataset_storage
+from .storage import ByteRange, Storage, cache_root
 from .tarscan import fill_plain_sample, plain_members, regular_members
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
@@ -78,7 +80,7 @@ class Dataset:
     ) -> None:
         self.url = os.fspath(url)
         self.storage_options = storage_options
-        self.storage: Storage = open_storage(self.url, storage_options)
+        self.storage: Storage = open_dataset_storage(self.url, storage_options)  # local: one index generation
         # Opening reads two small files, one request each on S3 (.info.json, split.yaml);
         # dataset.yaml, shardstore.json and index.uuid are read when first needed.
         self.info = nvmeta.read_info(self.storage)
@@ -118,6 +120,8 @@ class Dataset:
         self._index: IndexReader | None = None
         self._lock = threading.Lock()
         self._excluded_positions: list[int] | None = None
+        if isinstance(self.storage, PinnedLocalStorage) and self.storage.uuid is not None:
+            self._open_pinned_index()
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
@@ -131,6 +135,15 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def _open_pinned_index(self) -> None:
+        """Open ``index.sqlite`` now, from the pinned generation (snapshot.py): a re-prepare that
+        swaps and deletes it later leaves this reader its own. A missing or bad index stays a
+        lazy error, raised where it is used, as before."""
+        try:
+            _ = self.index
+        except ShardstoreError:
+            pass
 
     # ----- metadata -------------------------------------------------------------------------
     @property

@@ -37,6 +37,8 @@ STAGES = {
     "keys": 2,
     "index": 3,
     "nvmeta": 3,
+    "metaswap": 3,  # the .nv-meta swap: lock, exchange, recovery
+    "snapshot": 3,  # a reader pinned to one index generation
     "samples": 3,
     "decode": 3,
     "sharding": 3,

@@ -66,7 +66,7 @@ Hit = tuple[int, int, int]
 def _identity(index_path: str) -> bytes:
     """32 bytes naming one version of one index file: a replaced or rewritten index differs."""
     st = os.stat(index_path)
-    text = f"{os.path.abspath(index_path)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
+    text = f"{os.path.realpath(index_path)}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}"
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
