@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import nvmeta
-from .errors import ConfigError, ShardstoreError, StorageError, place_message
+from . import metaswap, nvmeta
+from .errors import ConfigError, PrepareLockedError, ShardstoreError, StorageError, place_message
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .keys import group_batches, member_name
@@ -138,6 +138,8 @@ class CheckReport:
     parts: int
     seconds: float
     problems: list[Problem] = field(default_factory=list)
+    #: What an interrupted prepare left and ``check`` undid or removed (metaswap.recover).
+    repaired: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -339,10 +341,13 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
     t0 = time.perf_counter()
     refuse_metadataset(url)
     storage = open_storage(url, storage_options)
+    repaired, busy = _recover(storage)
     if not (storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}")):
         nvmeta.read_info(storage)  # raises DatasetNotPreparedError: nothing to check
     problems = _Problems()
-    report = CheckReport(storage.url(), deep, 0, 0, 0, 0.0)
+    report = CheckReport(storage.url(), deep, 0, 0, 0, 0.0, repaired=repaired)
+    if busy is not None:
+        problems.add(Problem("prepare", busy.path, f"{busy.detail}; the index may change while this check runs"))
     with _local_meta(storage) as root:
         try:
             meta_info = nvmeta.read_info(storage)
@@ -374,6 +379,24 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
     report.problems = problems.finish()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
+
+
+def _recover(storage: Storage) -> tuple[list[str], PrepareLockedError | None]:
+    """Undo what an interrupted prepare left (local datasets): under the prepare lock when it is
+    free, else only what dead processes of this host left (and the lock error, to report)."""
+    root = storage.local_path("")
+    if root is None or not os.path.isdir(root):
+        return [], None
+    try:
+        lock = metaswap.PrepareLock(root)
+    except PrepareLockedError as e:
+        return metaswap.recover(root, holding_lock=False).actions(), e
+    except StorageError:  # a read-only dataset: nothing can be left to repair by this user
+        return metaswap.recover(root, holding_lock=False).actions(), None
+    try:
+        return metaswap.recover(root, holding_lock=True).actions(), None
+    finally:
+        lock.release()
 
 
 def _check_shard(

@@ -383,6 +383,8 @@ def _print_check(report: Any, checked: str, as_json: bool, quiet: bool) -> None:
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
+        for action in getattr(report, "repaired", ()):
+            click.echo(f"repaired: {action}")
         for problem in report.problems:
             click.echo(f"problem: {problem}")
         verdict = "OK" if report.ok else _plural(len(report.problems), "problem")
