@@ -60,6 +60,32 @@ class SampleRef:
     position: int | None
 
 
+#: Attempts at pinning a generation that a re-prepare keeps deleting under the open.
+_PIN_ATTEMPTS = 20
+
+
+def _open_generation(url: str, storage_options: dict[str, Any] | None) -> tuple[Storage, IndexReader | None]:
+    """The dataset's storage and, when local, its ``index.sqlite`` opened from the same index
+    generation (snapshot.py): a re-prepare that swaps and deletes it later leaves this reader its
+    own. Opened again when the generation was deleted before its index was open. A missing or
+    unreadable index stays a lazy error (``Dataset.index``), as before."""
+    for _ in range(_PIN_ATTEMPTS):
+        storage = open_dataset_storage(url, storage_options)
+        if not isinstance(storage, PinnedLocalStorage) or storage.uuid is None:
+            return storage, None
+        path = storage.local_path(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
+        try:
+            index: IndexReader | None = IndexReader(path) if path is not None else None
+        except (ShardstoreError, OSError):  # missing, unreadable, or deleted as it was opened
+            index = None
+        if storage.alive():
+            return storage, index
+        if index is not None:
+            index.close()
+        storage.close()
+    return storage, None
+
+
 class Dataset:
     """A prepared dataset's split, read from local disk or any fsspec URL.
 
@@ -80,7 +106,7 @@ class Dataset:
     ) -> None:
         self.url = os.fspath(url)
         self.storage_options = storage_options
-        self.storage: Storage = open_dataset_storage(self.url, storage_options)  # local: one index generation
+        self.storage, pinned_index = _open_generation(self.url, storage_options)
         # Opening reads two small files, one request each on S3 (.info.json, split.yaml);
         # dataset.yaml, shardstore.json and index.uuid are read when first needed.
         self.info = nvmeta.read_info(self.storage)
@@ -117,11 +143,9 @@ class Dataset:
         self._prepared: dict[str, dict[str, Any]] | None = None  # see ``_sizes``
         self._offsets: dict[int, np.ndarray] = {}
         self._checked: set[int] = set()
-        self._index: IndexReader | None = None
+        self._index: IndexReader | None = pinned_index
         self._lock = threading.Lock()
         self._excluded_positions: list[int] | None = None
-        if isinstance(self.storage, PinnedLocalStorage) and self.storage.uuid is not None:
-            self._open_pinned_index()
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
@@ -135,15 +159,6 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-    def _open_pinned_index(self) -> None:
-        """Open ``index.sqlite`` now, from the pinned generation (snapshot.py): a re-prepare that
-        swaps and deletes it later leaves this reader its own. A missing or bad index stays a
-        lazy error, raised where it is used, as before."""
-        try:
-            _ = self.index
-        except ShardstoreError:
-            pass
 
     # ----- metadata -------------------------------------------------------------------------
     @property

@@ -109,8 +109,8 @@ class PrepareLock:
 
 def _exchange(a: str, b: str) -> bool:
     """Swap the names ``a`` and ``b`` atomically; False when the platform or filesystem cannot."""
-    if not sys.platform.startswith("linux"):
-        return False
+    if not sys.platform.startswith("linux") or os.environ.get("SHARDSTORE_RENAME_EXCHANGE") == "0":
+        return False  # (the variable: to test, or to use, the two-rename swap)
     try:
         renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):  # glibc < 2.28, musl without it
@@ -215,7 +215,11 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
         complete = [n for n in olds if os.path.exists(os.path.join(root, n, ".info.json"))]
         if complete:
             best = max(complete, key=lambda n: os.stat(os.path.join(root, n)).st_mtime)
-            os.rename(os.path.join(root, best), final)
+            try:
+                os.rename(os.path.join(root, best), final)
+            except OSError:
+                out.kept.append(best)  # read-only: leave it for someone who can write
+                return out
             out.restored = best
             olds.remove(best)
     for name in olds:

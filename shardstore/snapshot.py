@@ -99,6 +99,11 @@ class PinnedLocalStorage(LocalStorage):
                 return
             os.close(fd)  # deleted under us (a re-prepare finished meanwhile): pin the new one
 
+    def alive(self) -> bool:
+        """True while nothing of the pinned generation has been deleted: what a file opened before
+        this call read is that generation's (deletion removes ``index.uuid`` first)."""
+        return self._dir_fd is not None and _still_whole(self._dir_fd, os.path.join(self.root, META), self._cache)
+
     @property
     def uuid(self) -> str | None:
         """The pinned generation's ``index.uuid`` (None: none, or not pinned)."""
