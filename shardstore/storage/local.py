@@ -125,8 +125,8 @@ class LocalStorage(Storage):
         found: list[str] = []
         for rel, link, first in walk_files(self.root, found, suffixes):
             warnings.warn(
-                LinkLoopWarning(f"{os.path.join(self.root, rel)}: symlink {link!r} leads to a folder already listed "
-                                f"as {first or '.'!r}; not followed again"),
+                LinkLoopWarning(f"{os.path.join(self.root, rel)}: symlink to {link!r} leads to a folder already listed "
+                                f"({'the dataset root: a loop' if not first else repr(first)}); not followed again"),
                 stacklevel=2,
             )
         return sorted(found)
