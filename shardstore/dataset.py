@@ -224,8 +224,22 @@ class Dataset:
             fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
             with os.fdopen(fd, "wb") as f:
                 f.write(self.storage.read(rel))
+            self._same_generation(tmp, rel)
             os.replace(tmp, cache)
         return cache
+
+    def _same_generation(self, download: str, rel: str) -> None:
+        """After downloading an index file: ``index.uuid`` (the commit point of a remote prepare,
+        written last) must still be the one this reader keyed its cache by, else the file may be
+        of the next generation: ``StaleIndexError``, and nothing cached (docs/format.md)."""
+        data = nvmeta.read_if_exists(self.storage, f"{nvmeta.META_DIR}/{nvmeta.INDEX_UUID}")
+        now = "no-uuid" if data is None else data.decode().strip()
+        if now != self.uuid:
+            os.unlink(download)
+            raise StaleIndexError(
+                f"the dataset was re-prepared while this reader used it (index.uuid {self.uuid} -> {now}): open it again",
+                path=self.storage.url(rel),
+            )
 
     @property
     def index(self) -> IndexReader:
