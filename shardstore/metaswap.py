@@ -146,7 +146,11 @@ def swap_in(staging: str, final: str) -> str | None:
 
 
 def remove_generation(path: str) -> None:
-    """Delete an old ``.nv-meta``: the files readers check first, then the rest."""
+    """Delete an old ``.nv-meta``: the files readers check first, then the rest. A ``.nv-meta``
+    that was a symlink (to a folder the user keeps elsewhere) loses only the link."""
+    if os.path.islink(path):
+        os.unlink(path)
+        return
     for name in FIRST_REMOVED:
         try:
             os.unlink(os.path.join(path, name))

@@ -261,3 +261,28 @@ def test_a_reader_keeps_its_generation_across_a_reprepare(reprepared: tuple[Path
     assert {s["__key__"]: s["bin"] for s in before} == {k: v["bin"] for k, v in old.items()}
     assert before.get("b003")["bin"] == old["b003"]["bin"] and after.get("b003")["bin"] == new["b003"]["bin"]
     assert before.read_file("b004.bin") == old["b004"]["bin"] and after.read_file("c004.bin") == new["c004"]["bin"]
+
+
+def test_a_symlinked_nv_meta_is_replaced_and_its_target_left_whole(reprepared: tuple[Path, Samples, Samples]) -> None:
+    ds, old, new = reprepared
+    kept = ds.parent / "elsewhere-meta"
+    (ds / ".nv-meta").rename(kept)
+    os.symlink(kept, ds / ".nv-meta")
+    shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True)
+    assert not (ds / ".nv-meta").is_symlink() and old_or_new(ds, old, new) == "new"
+    assert (kept / ".info.json").exists() and (kept / "index.uuid").exists() and (kept / "index.sqlite").exists()
+    assert leftovers(ds) == []
+
+
+def test_leftovers_of_other_processes_are_removed_under_the_lock(reprepared: tuple[Path, Samples, Samples]) -> None:
+    """A stale fallback leftover beside a complete .nv-meta, a dead process's staging folder and an
+    unlocked lock file: the next prepare removes them all and says so in its report."""
+    ds, old, new = reprepared
+    (ds / ".nv-meta.old-otherhost-1-abc").mkdir()
+    dead = ds / f".nv-meta.tmp-{metaswap.HOST}-999999999-abc"  # no such pid
+    dead.mkdir()
+    (dead / "index.uuid").write_text("x")
+    (ds / ".nv-meta.lock").write_text("pid 1 on nowhere since then")
+    report = shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True)
+    assert leftovers(ds) == [] and old_or_new(ds, old, new) == "new"
+    assert sum("left by an interrupted prepare" in p for p in report.problems) == 2
