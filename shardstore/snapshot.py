@@ -117,9 +117,22 @@ class PinnedLocalStorage(LocalStorage):
 
     def _meta_name(self, path: str) -> str | None:
         """The name inside the pinned ``.nv-meta`` of ``path`` (contained: no ``..``), else None."""
-        if self._dir_fd is not None and path.startswith(META + "/"):
-            return contained_path(path, self.root)[len(META) + 1 :]
-        return None
+        if not path.startswith(META + "/"):
+            return None
+        if self._dir_fd is None and self._cache:
+            self._repin()
+        return contained_path(path, self.root)[len(META) + 1 :] if self._dir_fd is not None else None
+
+    def _repin(self) -> None:
+        """After ``close``: pin the current generation again, if its layout is the one this reader
+        has (a ``Dataset`` keeps its shard list and splits across close and reuse)."""
+        layout = self.layout()
+        self._pin()
+        if self._dir_fd is not None and self.layout() != layout:
+            raise StaleIndexError(
+                "the dataset was re-prepared with other shards or splits while it was closed: open it again",
+                path=os.path.join(self.root, META),
+            )
 
     def _abs(self, path: str) -> str:
         name = self._meta_name(path)

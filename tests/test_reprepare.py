@@ -286,3 +286,17 @@ def test_leftovers_of_other_processes_are_removed_under_the_lock(reprepared: tup
     report = shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True)
     assert leftovers(ds) == [] and old_or_new(ds, old, new) == "new"
     assert sum("left by an interrupted prepare" in p for p in report.problems) == 2
+
+
+def test_a_closed_storage_pins_again_only_the_same_layout(reprepared: tuple[Path, Samples, Samples]) -> None:
+    """Closing releases the pinned folder; reading again pins the current generation, and refuses
+    one whose shards differ (the reader's positions would mean other samples)."""
+    ds, old, new = reprepared
+    reader = shardstore.open(str(ds), split=None)
+    reader.storage.close()
+    shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True, exclude="c.tar")  # same layout
+    assert reader.storage.read(".nv-meta/split.yaml") and reader[13]["bin"] == old["b001"]["bin"]
+    reader.storage.close()
+    shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True)  # c added
+    with pytest.raises(shardstore.errors.StaleIndexError, match="while it was closed"):
+        reader.storage.read(".nv-meta/split.yaml")
