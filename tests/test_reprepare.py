@@ -178,7 +178,7 @@ def test_two_prepares_one_wins_the_other_fails_cleanly(
     reprepared: tuple[Path, Samples, Samples], start_prepare: Any
 ) -> None:
     ds, old, new = reprepared
-    first, marker = start_prepare(ds, "locked")
+    first, marker = start_prepare(ds, "staged")
     wait_for(marker, first)
     second, _ = start_prepare(ds, None)
     _, err = second.communicate(timeout=60)
@@ -186,6 +186,9 @@ def test_two_prepares_one_wins_the_other_fails_cleanly(
     (line,) = err.strip().splitlines()
     assert line.startswith("shardstore: error:") and "another prepare is running on this dataset" in line
     assert f"pid {first.pid}" in line
+    res = subprocess.run([str(BIN), "check", str(ds)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "another prepare is running on this dataset" in res.stdout, res.stdout + res.stderr
+    assert len(list(ds.glob(".nv-meta.tmp-*"))) == 1  # a live prepare's staging folder is left alone
     os.killpg(first.pid, signal.SIGKILL)  # a dead holder does not keep the lock
     first.communicate(timeout=30)
     third, _ = start_prepare(ds, None)
