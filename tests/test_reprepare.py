@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -303,3 +304,24 @@ def test_a_closed_storage_pins_again_only_the_same_layout(reprepared: tuple[Path
     shardstore.prepare(str(ds), split_ratio="1,0,0", num_workers=1, force_overwrite=True)  # c added
     with pytest.raises(shardstore.errors.StaleIndexError, match="while it was closed"):
         reader.storage.read(".nv-meta/split.yaml")
+
+
+def test_a_reader_waits_through_the_fallback_swap(reprepared: tuple[Path, Samples, Samples], start_prepare: Any) -> None:
+    """Between the two renames of the fallback swap there is no .nv-meta: a reader that opens then
+    waits for the second rename instead of failing ("not a prepared dataset")."""
+    ds, old, new = reprepared
+    proc, marker = start_prepare(ds, "fallback-between-renames", SHARDSTORE_RENAME_EXCHANGE="0")
+    wait_for(marker, proc)
+    got: list[Any] = []
+    reader = threading.Thread(target=lambda: got.append(len(shardstore.open(str(ds), split=None))))
+    reader.start()
+    time.sleep(0.3)
+    assert got == []  # still waiting
+    os.killpg(proc.pid, signal.SIGKILL)  # stopped where it was: do its second rename by hand
+    proc.communicate(timeout=30)
+    (staging,) = ds.glob(".nv-meta.tmp-*")
+    staging.rename(ds / ".nv-meta")
+    reader.join(timeout=30)
+    assert got == [len(new)]
+    assert subprocess.run([str(BIN), "check", str(ds)], capture_output=True, timeout=60).returncode == 0
+    assert old_or_new(ds, old, new) == "new" and leftovers(ds) == []
