@@ -69,7 +69,7 @@ def _open_generation(url: str, storage_options: dict[str, Any] | None) -> tuple[
     generation (snapshot.py): a re-prepare that swaps and deletes it later leaves this reader its
     own. Opened again when the generation was deleted before its index was open. A missing or
     unreadable index stays a lazy error (``Dataset.index``), as before."""
-    for _ in range(_PIN_ATTEMPTS):
+    for attempt in range(1, _PIN_ATTEMPTS + 1):
         storage = open_dataset_storage(url, storage_options)
         if not isinstance(storage, PinnedLocalStorage) or storage.uuid is None:
             return storage, None
@@ -82,8 +82,10 @@ def _open_generation(url: str, storage_options: dict[str, Any] | None) -> tuple[
             return storage, index
         if index is not None:
             index.close()
+        if attempt == _PIN_ATTEMPTS:  # the index stays lazy; its files are checked when read
+            return storage, None
         storage.close()
-    return storage, None
+    raise AssertionError("unreachable")
 
 
 class Dataset:
@@ -108,7 +110,8 @@ class Dataset:
         self.storage_options = storage_options
         self.storage, pinned_index = _open_generation(self.url, storage_options)
         # Opening reads two small files, one request each on S3 (.info.json, split.yaml);
-        # dataset.yaml, shardstore.json and index.uuid are read when first needed.
+        # dataset.yaml, shardstore.json and index.uuid are read when first needed. Locally they
+        # were all read at once, with index.sqlite opened, from one index generation (snapshot.py).
         self.info = nvmeta.read_info(self.storage)
         # split_config: another split file in .nv-meta (a metadataset's `split_config`); it must exist
         self.split_config = split_config
