@@ -327,7 +327,9 @@ def prepare(
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
     ``StorageError`` when ``.nv-meta`` cannot be written, ``WorkerDiedError`` when a scan worker process
-    dies (naming its shard and the signal). Nothing on disk changes on error.
+    dies (naming its shard and the signal), ``PrepareLockedError`` while another prepare holds the
+    dataset. On error the previous index stays whole and in force (only a ``.tar.idx`` whose shard
+    changed since may already be the new one: docs/format.md, "Crash safety and concurrency").
     """
     t0 = time.perf_counter()
     storage = open_storage(path, storage_options)
