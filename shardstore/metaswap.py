@@ -187,11 +187,10 @@ def _dead_here(name: str, prefix: str) -> bool:
 
 @dataclass
 class Recovery:
-    """What ``recover`` did, and what it left because another live process may own it."""
+    """What ``recover`` did: the folder it renamed back to ``.nv-meta``, the ones it removed."""
 
     restored: str | None = None
     removed: list[str] = field(default_factory=list)
-    kept: list[str] = field(default_factory=list)
 
     def actions(self) -> list[str]:
         out = [f"restored {META_DIR} from {self.restored} (a re-prepare was interrupted between its renames)"] if self.restored else []
@@ -206,7 +205,7 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
     - ``.nv-meta.old-*`` beside a ``.nv-meta``: removed (the swap completed);
     - staging folders ``.nv-meta.tmp-*`` of dead processes of this host (after an exchange they hold
       the old generation): removed. With ``holding_lock`` (the caller holds the prepare lock), old
-      folders of any process are garbage too; staging folders of other hosts are kept and reported.
+      folders of any process are garbage too; staging folders of other hosts are left alone.
     """
     out = Recovery()
     try:
@@ -222,8 +221,7 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
             try:
                 os.rename(os.path.join(root, best), final)
             except OSError:
-                out.kept.append(best)  # read-only: leave it for someone who can write
-                return out
+                return out  # read-only: left for someone who can write
             out.restored = best
             olds.remove(best)
     for name in olds:
@@ -231,10 +229,7 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
             remove_generation(os.path.join(root, name))
             out.removed.append(name)
     for name in names:
-        if name.startswith(STAGING_PREFIX):
-            if _dead_here(name, STAGING_PREFIX):
-                remove_generation(os.path.join(root, name))
-                out.removed.append(name)
-            else:
-                out.kept.append(name)
+        if name.startswith(STAGING_PREFIX) and _dead_here(name, STAGING_PREFIX):
+            remove_generation(os.path.join(root, name))
+            out.removed.append(name)
     return out
