@@ -140,6 +140,8 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--skip-dataset-yaml", is_flag=True, help="Do not write dataset.yaml.")
 @click.option("--sample-type", help="Energon sample class for dataset.yaml (e.g. CaptioningSample) or CrudeWebdataset.")
 @click.option("--field-map", help='JSON field map for dataset.yaml, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
+@click.option("--dataset-yaml-name", default=nvmeta.DATASET_YAML, show_default=True, help="File name in .nv-meta for the dataset.yaml written.")
+@click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @storage_options_option
@@ -158,6 +160,8 @@ def prepare(
     skip_dataset_yaml: bool,
     sample_type: str | None,
     field_map: str | None,
+    dataset_yaml_name: str,
+    tmp_path: str | None,
     progress: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
@@ -197,6 +201,8 @@ def prepare(
         progress=progress and not quiet and sys.stderr.isatty(),
         storage_options=storage_options,
         choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
+        dataset_yaml_name=dataset_yaml_name,
+        tmp_path=tmp_path,
     )
     if as_json:
         click.echo(report.to_json())
@@ -580,6 +586,10 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
     umount(mountpoint)
     if not quiet:
         click.echo(f"Unmounted {mountpoint}")
+
+
+# ----- Energon's command names -------------------------------------------------------------------
+main.add_command(check_command, name="lint")  # `energon lint`: scripts written for Energon keep working
 
 
 if __name__ == "__main__":

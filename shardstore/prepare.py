@@ -151,7 +151,7 @@ def _split_shards(
 class _Staging:
     """The new ``.nv-meta`` under construction: a local folder, swapped in (or uploaded) at the end."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, tmp_path: str | None = None) -> None:
         self.storage = storage
         local_root = storage.local_path("")
         self.local = local_root is not None
@@ -161,6 +161,8 @@ class _Staging:
                 raise StorageError(f"cannot write {nvmeta.META_DIR}: it exists and is not a folder", path=final)
             _remove_dead_stagings(local_root)
             self.dir = os.path.join(local_root, f"{_STAGING_PREFIX}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        elif tmp_path is not None:  # --tmp-path: the remote dataset's index is built there, then uploaded
+            self.dir = os.path.join(tmp_path, f"shardstore-nv-meta-{uuid.uuid4().hex[:12]}")
         else:
             self.dir = scratch_path("-nv-meta")
         try:
@@ -290,6 +292,16 @@ def _remove_dead_stagings(root: str) -> None:
             pass  # alive (another user's process) or unknowable: leave it
 
 
+def _check_dataset_yaml_name(name: str) -> None:
+    """``--dataset-yaml-name`` is a file name inside ``.nv-meta``: no folder, nothing prepare owns."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name in _GENERATED:
+        raise ConfigError(
+            "--dataset-yaml-name must be a plain file name inside .nv-meta (e.g. dataset-typed.yaml), "
+            "not a path or a file prepare writes",
+            member=name,
+        )
+
+
 def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
     if not show:
         return items
@@ -315,12 +327,18 @@ def prepare(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     choose_dataset_yaml: DatasetYamlChooser | None = None,
+    dataset_yaml_name: str = nvmeta.DATASET_YAML,
+    tmp_path: str | None = None,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
     Takes the options of ``energon prepare`` (``split_ratio="8,1,1"`` or ``split_parts=["train:regex"]``;
     ``exclude`` regex; ``shuffle_tars``; ``sample_type`` and ``field_map`` for ``dataset.yaml``).
     ``choose_dataset_yaml`` is asked (with the part names found) when no ``sample_type`` is given.
+    ``dataset_yaml_name`` names the file written in ``.nv-meta`` instead of ``dataset.yaml`` (an
+    existing ``dataset.yaml`` then stays). ``tmp_path``: for a remote ``path``, the local folder in
+    which ``index.sqlite`` and the rest of ``.nv-meta`` are built before upload (made if missing;
+    default: the system's temporary folder); ignored for local datasets, as in Energon.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -356,8 +374,9 @@ def prepare(
         raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
+    _check_dataset_yaml_name(dataset_yaml_name)
 
-    staging = _Staging(storage) if not tar_index_only else None
+    staging = _Staging(storage, os.fspath(tmp_path) if tmp_path is not None else None) if not tar_index_only else None
     writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
@@ -409,11 +428,11 @@ def prepare(
         wrote_yaml = sample_type is not None and not skip_dataset_yaml
         if wrote_yaml:
             assert sample_type is not None
-            staging.write(nvmeta.DATASET_YAML, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
+            staging.write(dataset_yaml_name, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
             loader = f"{nvmeta.META_DIR}/{nvmeta.SAMPLE_LOADER_PY}"
             if sample_type != "CrudeWebdataset" and field_map is None and not storage.exists(loader):
                 staging.write(nvmeta.SAMPLE_LOADER_PY, nvmeta.sample_loader_template(sample_type, sorted(part_names)))
-        staging.carry_over(keep_dataset_yaml=not wrote_yaml)
+        staging.carry_over(keep_dataset_yaml=not wrote_yaml or dataset_yaml_name != nvmeta.DATASET_YAML)
         staging.commit()
     except BaseException:
         if writer is not None:
