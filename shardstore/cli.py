@@ -179,7 +179,7 @@ def prepare(
     from .prepare import prepare as run_prepare
 
     interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
-    if interactive and not tar_index_only:
+    if interactive and not tar_index_only and not path.endswith(".jsonl"):
         if force_overwrite is False and _already_prepared(path, storage_options):
             if not click.confirm("It seems the dataset had already been prepared. Do you want to continue?"):
                 return
@@ -214,7 +214,7 @@ def prepare(
         for name, c in report.splits.items():
             click.echo(f"  {name}: {c['shards']} shards, {c['samples']} samples")
         click.echo(f"  parts: {', '.join(f'{k} ({v})' for k, v in report.part_names.items())}")
-        if report.sample_type is None and not skip_dataset_yaml and not tar_index_only:
+        if report.sample_type is None and not skip_dataset_yaml and not tar_index_only and not path.endswith(".jsonl"):
             click.echo("  no dataset.yaml written (use --sample-type to create it)")
         for problem in report.problems:
             click.echo(f"  warning: {problem}", err=True)
@@ -305,7 +305,9 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     if as_json:
         echo_json(s.to_dict())
         return
-    if s.sample_type is None:
+    if s.index_format == "jsonl":
+        kind = "JSONL (crude: one JSON object per line, part json)"
+    elif s.sample_type is None:
         kind = "none (no dataset.yaml: raw samples, as with CrudeWebdataset)"
     else:
         kind = s.sample_type + (" (crude)" if s.crude and s.sample_type != "CrudeWebdataset" else "")

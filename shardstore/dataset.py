@@ -542,7 +542,14 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
 
     ``split=None`` gives every shard of ``.info.json``. Raises ``DatasetNotPreparedError`` when
     there is no ``.nv-meta``, ``ConfigError`` for an unknown split.
+
+    A ``*.jsonl`` file (prepared: ``<file>.jsonl.idx`` beside it) opens as a ``JsonlDataset``: one
+    sample per line, read the same way (``split`` does not apply to it).
     """
+    if os.fspath(url).endswith(".jsonl"):
+        from .jsonl import JsonlDataset
+
+        return JsonlDataset(url, split, storage_options=storage_options, decode=decode)  # type: ignore[return-value]
     return Dataset(
         url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle
     )

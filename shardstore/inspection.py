@@ -25,6 +25,7 @@ from .dataset import Dataset
 from .dataset import open as open_dataset
 from .decode import describe_sample
 from .errors import SampleNotFoundError, StaleIndexError, StorageError
+from .jsonl import JsonlDataset, is_jsonl
 from .keys import SamplePart, group_samples, split_name
 from .storage import ByteRange, Storage
 from .tarscan import iter_members
@@ -158,6 +159,8 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     Raises ``DatasetNotPreparedError`` when there is no ``.nv-meta``, ``ConfigError`` when its
     files are invalid.
     """
+    if is_jsonl(url):
+        return _jsonl_info(JsonlDataset(url, storage_options=storage_options))
     ds = _open(url, None, storage_options)
     storage = ds.storage
     stats = nvmeta.read_shardstore_json(storage)
@@ -204,6 +207,16 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     )
 
 
+def _jsonl_info(ds: JsonlDataset) -> DatasetSummary:
+    """A JSONL file seen as a one-shard crude dataset with one part, ``json``, per line."""
+    n = len(ds)
+    return DatasetSummary(
+        url=ds.storage.url(ds.name), prepared_by="shardstore or energon", energon_version="unknown",
+        index_format="jsonl", uuid=None, shards=1, samples=n, bytes=int(ds.offsets[-1]), splits={},
+        excluded={"shards": 0, "samples": 0}, parts={"json": n}, sample_type=None, crude=True, field_map=None,
+    )
+
+
 # ----- ls ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class SampleListing:
@@ -234,6 +247,9 @@ def ls(
     and ``limit`` stops it early. Samples excluded by ``split.yaml`` are listed with
     ``excluded=True`` (they keep their position, as in Energon).
     """
+    if is_jsonl(url):
+        jds = JsonlDataset(url, storage_options=storage_options)
+        return (SampleListing(str(i), jds.name, i, ("json",)) for i in range(len(jds) if limit is None else min(limit, len(jds))))
     ds = _open(url, split, storage_options)
     return _ls(ds, limit)
 
@@ -272,12 +288,17 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
     has the size it had at prepare. Raises ``SampleNotFoundError`` (a ``KeyError``) for an unknown
     member, ``StaleIndexError`` for a shard that changed.
     """
-    ds = _open(url, None, storage_options)
-    shard, rng = _member_range(ds, name)
-    stats = nvmeta.read_shardstore_json(ds.storage)
-    why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
-    if why is not None:
-        raise StaleIndexError(why, path=ds.storage.url(shard))
+    ds: Dataset | JsonlDataset
+    if is_jsonl(url):  # opening checks the file still has the size its index ends at
+        ds = JsonlDataset(url, storage_options=storage_options)
+        shard, rng = ds.member_range(name)
+    else:
+        ds = _open(url, None, storage_options)
+        shard, rng = _member_range(ds, name)
+        stats = nvmeta.read_shardstore_json(ds.storage)
+        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
+        if why is not None:
+            raise StaleIndexError(why, path=ds.storage.url(shard))
     written = 0
     while written < rng.size:
         n = min(CAT_CHUNK, rng.size - written)

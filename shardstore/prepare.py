@@ -292,6 +292,14 @@ def _remove_dead_stagings(root: str) -> None:
             pass  # alive (another user's process) or unknowable: leave it
 
 
+def _prepare_jsonl(path: str, storage_options: dict[str, Any] | None) -> PrepareReport:
+    """A JSONL file: its ``.jsonl.idx`` (``shardstore.jsonl``), reported like a one-shard dataset."""
+    from .jsonl import prepare_jsonl
+
+    r = prepare_jsonl(path, storage_options=storage_options)
+    return PrepareReport(r.path, 1, r.samples, r.samples, r.bytes, r.seconds, {}, {"json": r.samples}, None, "")
+
+
 def _check_dataset_yaml_name(name: str) -> None:
     """``--dataset-yaml-name`` is a file name inside ``.nv-meta``: no folder, nothing prepare owns."""
     if not name or "/" in name or "\\" in name or name in (".", "..") or name in _GENERATED:
@@ -346,6 +354,8 @@ def prepare(
     dies (naming its shard and the signal). Nothing on disk changes on error.
     """
     t0 = time.perf_counter()
+    if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written
+        return _prepare_jsonl(os.fspath(path), storage_options)
     storage = open_storage(path, storage_options)
     if isinstance(field_map, str):
         try:

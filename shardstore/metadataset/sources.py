@@ -102,6 +102,10 @@ def check_reader_options(options: dict[str, Any]) -> dict[str, Any]:
 def _open_dataset(url: str, split: str, split_config: str | None, dataset_config: str | None,
                   where: Where, options: dict[str, Any]) -> Dataset:
     try:
+        if url.endswith(".jsonl"):  # a JSONL file: one sample per line, no splits (as in Energon)
+            from ..jsonl import JsonlDataset
+
+            return JsonlDataset(url, split, **options)  # type: ignore[return-value]
         ds = Dataset(url, split, split_config=split_config, **options)
     except ShardstoreError as e:
         raise (where / "path").error(f"cannot open dataset {url} (split {split!r}): {e}") from e
