@@ -142,6 +142,8 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--field-map", help='JSON field map for dataset.yaml, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
 @click.option("--dataset-yaml-name", default=nvmeta.DATASET_YAML, show_default=True, help="File name in .nv-meta for the dataset.yaml written.")
 @click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
+@click.option("--fix-duplicates", is_flag=True, help="If a key repeats across shards, rename every member to SHARD/NAME first (as Energon).")
+@click.option("--dry-run", is_flag=True, help="With --fix-duplicates: list what would be renamed, change nothing.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @storage_options_option
@@ -162,6 +164,8 @@ def prepare(
     field_map: str | None,
     dataset_yaml_name: str,
     tmp_path: str | None,
+    fix_duplicates: bool,
+    dry_run: bool,
     progress: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
@@ -178,6 +182,11 @@ def prepare(
     """
     from .prepare import prepare as run_prepare
 
+    if dry_run:
+        if not fix_duplicates:
+            raise click.UsageError("--dry-run goes with --fix-duplicates")
+        _print_duplicate_plan(path, exclude, storage_options, as_json)
+        return
     interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
     if interactive and not tar_index_only and not path.endswith(".jsonl"):
         if force_overwrite is False and _already_prepared(path, storage_options):
@@ -203,6 +212,7 @@ def prepare(
         choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
         dataset_yaml_name=dataset_yaml_name,
         tmp_path=tmp_path,
+        fix_duplicates=fix_duplicates,
     )
     if as_json:
         click.echo(report.to_json())
@@ -218,6 +228,34 @@ def prepare(
             click.echo("  no dataset.yaml written (use --sample-type to create it)")
         for problem in report.problems:
             click.echo(f"  warning: {problem}", err=True)
+        if report.renamed_shards is not None:
+            n = len(report.renamed_shards)
+            click.echo(f"  --fix-duplicates: {'no duplicate keys, nothing renamed' if not n else f'renamed the members of {n} shards'}")
+
+
+def _print_duplicate_plan(path: str, exclude: str | None, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """``prepare --fix-duplicates --dry-run``: what would be renamed (``duplicates.fix_duplicates_dry_run``)."""
+    from .duplicates import fix_duplicates_dry_run
+
+    plan = fix_duplicates_dry_run(path, exclude=exclude, storage_options=storage_options)
+    if as_json:
+        echo_json(plan.to_dict())
+        return
+    click.echo(f"{len(plan.duplicates)} keys occur in more than one shard")
+    for key, shards in list(plan.duplicates.items())[:10]:
+        click.echo(f"  {key}: {', '.join(shards)}")
+    if plan.skipped:
+        click.echo(f"{len(plan.skipped)} shards were renamed by an earlier run")
+    if plan.problems:
+        click.echo("renaming is impossible:")
+        for problem in plan.problems[:10]:
+            click.echo(f"  {problem}")
+    elif plan.needed:
+        click.echo(f"would rename every member of {len(plan.shards)} shards, e.g.:")
+        for shard, (old, new) in list(plan.examples.items())[:10]:
+            click.echo(f"  {shard}: {old} -> {new}")
+    else:
+        click.echo("nothing to rename")
 
 
 def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool:

@@ -70,9 +70,12 @@ class PrepareReport:
     sample_type: str | None
     uuid: str
     problems: list[str] = field(default_factory=list)
+    #: ``--fix-duplicates``: the shards whose members were renamed (None: not asked for).
+    renamed_shards: list[str] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        """The report as JSON; the entries of options not given (None) are left out."""
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None or k == "sample_type"}, indent=2)
 
 
 def _sort_key(rel: str) -> tuple[str, ...]:
@@ -337,6 +340,7 @@ def prepare(
     choose_dataset_yaml: DatasetYamlChooser | None = None,
     dataset_yaml_name: str = nvmeta.DATASET_YAML,
     tmp_path: str | None = None,
+    fix_duplicates: bool = False,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -347,6 +351,9 @@ def prepare(
     existing ``dataset.yaml`` then stays). ``tmp_path``: for a remote ``path``, the local folder in
     which ``index.sqlite`` and the rest of ``.nv-meta`` are built before upload (made if missing;
     default: the system's temporary folder); ignored for local datasets, as in Energon.
+    ``fix_duplicates``: when a sample key repeats across shards, first rename every member to
+    ``<shard>/<name>`` as Energon's ``--fix-duplicates`` does (``shardstore.duplicates``; each shard
+    replaced whole and atomically); ``report.renamed_shards`` lists the shards rewritten.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -378,6 +385,11 @@ def prepare(
         shards = discover_shards(storage, exclude)
     if not shards:
         raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
+    renamed: list[str] | None = None
+    if fix_duplicates and not tar_index_only:
+        from .duplicates import apply_fix
+
+        renamed = apply_fix(storage, shards).shards
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
     if not tar_index_only and not patterns and ratio is None:
@@ -463,4 +475,5 @@ def prepare(
         sample_type=sample_type if wrote_yaml else None,
         uuid=new_uuid.decode(),
         problems=problems,
+        renamed_shards=renamed,
     )
