@@ -142,6 +142,9 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--field-map", help='JSON field map for dataset.yaml, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
 @click.option("--dataset-yaml-name", default=nvmeta.DATASET_YAML, show_default=True, help="File name in .nv-meta for the dataset.yaml written.")
 @click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
+@click.option("--media-metadata-by-glob", default=None, help="Record media metadata of members matching these globs, e.g. '*.jpg,*.mp4'.")
+@click.option("--media-metadata-by-header", is_flag=True, help="Record media metadata of members whose first bytes are an image, audio or video.")
+@click.option("--media-metadata-by-extension", is_flag=True, help="Record media metadata of members with an image, audio or video extension.")
 @click.option("--fix-duplicates", is_flag=True, help="If a key repeats across shards, rename every member to SHARD/NAME first (as Energon).")
 @click.option("--dry-run", is_flag=True, help="With --fix-duplicates: list what would be renamed, change nothing.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
@@ -164,6 +167,9 @@ def prepare(
     field_map: str | None,
     dataset_yaml_name: str,
     tmp_path: str | None,
+    media_metadata_by_glob: str | None,
+    media_metadata_by_header: bool,
+    media_metadata_by_extension: bool,
     fix_duplicates: bool,
     dry_run: bool,
     progress: bool,
@@ -213,6 +219,9 @@ def prepare(
         dataset_yaml_name=dataset_yaml_name,
         tmp_path=tmp_path,
         fix_duplicates=fix_duplicates,
+        media_metadata_by_glob=media_metadata_by_glob,
+        media_metadata_by_header=media_metadata_by_header,
+        media_metadata_by_extension=media_metadata_by_extension,
     )
     if as_json:
         click.echo(report.to_json())
@@ -228,6 +237,9 @@ def prepare(
             click.echo("  no dataset.yaml written (use --sample-type to create it)")
         for problem in report.problems:
             click.echo(f"  warning: {problem}", err=True)
+        if report.media is not None:
+            counts = ", ".join(f"{k} ({v})" for k, v in report.media.items()) or "none found"
+            click.echo(f"  media metadata: {counts}")
         if report.renamed_shards is not None:
             n = len(report.renamed_shards)
             click.echo(f"  --fix-duplicates: {'no duplicate keys, nothing renamed' if not n else f'renamed the members of {n} shards'}")
@@ -366,6 +378,10 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
         rows.append(("excluded", f"{_plural(s.excluded['shards'], 'shard')}, {_plural(s.excluded['samples'], 'sample')}"))
     parts = ", ".join(name if n is None else f"{name} ({n})" for name, n in s.parts.items())
     rows.append(("parts", parts or "none"))
+    if s.media is not None:
+        filters = "; ".join(f["strategy"] + (f" {f['patterns']}" if f["patterns"] else "") for f in s.media["filters"]) or "none recorded"
+        counts = ", ".join(f"{k} ({v})" for k, v in s.media["counts"].items()) or "no rows"
+        rows.append(("media", f"{counts}; filter: {filters}"))
     if s.uuid:
         rows.append(("index uuid", s.uuid))
     click.echo(s.url)
@@ -441,11 +457,12 @@ def _print_check(report: Any, checked: str, as_json: bool, quiet: bool) -> None:
 @click.argument("path")
 @split_option
 @click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="List at most this many samples.")
+@click.option("--media", is_flag=True, help="List the media metadata rows instead: NAME<TAB>TYPE<TAB>JSON (also of a prepare-media folder).")
 @storage_options_option
 @json_option
 @handle_errors
 def ls_command(
-    path: str, split: str | None, limit: int | None, storage_options: dict[str, Any] | None, as_json: bool
+    path: str, split: str | None, limit: int | None, media: bool, storage_options: dict[str, Any] | None, as_json: bool
 ) -> None:
     """List sample keys and their parts, one sample per line: KEY<TAB>PART,PART,...
 
@@ -457,6 +474,9 @@ def ls_command(
       shardstore ls ./ds --split val --limit 5
       shardstore ls ./ds --json | jq '.[].key'
     """
+    if media:
+        _ls_media(path, limit, storage_options, as_json)
+        return
     from .inspection import ls
 
     listing = ls(path, split=split, limit=limit, storage_options=storage_options)
@@ -470,6 +490,17 @@ def ls_command(
     _echo_chunked(
         f"{item.key}\t{','.join(item.parts)}" + ("\t(excluded)\n" if item.excluded else "\n") for item in listing
     )
+
+
+def _ls_media(path: str, limit: int | None, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """``ls --media``: one line (or JSON object) per ``media_metadata`` row (``inspection.ls_media``)."""
+    from .inspection import ls_media
+
+    rows = ls_media(path, limit=limit, storage_options=storage_options)
+    if as_json:
+        echo_json([m.to_dict() for m in rows])
+        return
+    _echo_chunked(f"{m.entry_key}\t{m.metadata_type}\t{json.dumps(m.values, separators=(',', ':'))}\n" for m in rows)
 
 
 def _echo_chunked(pieces: Iterator[str], lines: int = 1024) -> None:
@@ -626,6 +657,50 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
     umount(mountpoint)
     if not quiet:
         click.echo(f"Unmounted {mountpoint}")
+
+
+@main.command("prepare-media")
+@click.argument("path")
+@click.option("--media-metadata-by-glob", default=None, help="Files whose name matches these globs, e.g. '*.jpg,*.mp4'.")
+@click.option("--media-metadata-by-header", is_flag=True, help="Files whose first bytes are an image, audio or video.")
+@click.option("--media-metadata-by-extension", is_flag=True, help="Files with an image, audio or video extension.")
+@click.option("--num-workers", type=int, default=None, help="Parallel probes (default: CPU count; 16 for remote).")
+@click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def prepare_media_command(
+    path: str, media_metadata_by_glob: str | None, media_metadata_by_header: bool, media_metadata_by_extension: bool,
+    num_workers: int | None, tmp_path: str | None, progress: bool, storage_options: dict[str, Any] | None,
+    quiet: bool, as_json: bool,
+) -> None:
+    """Record media metadata (size, format; duration, frames, rates) of a folder's media files in
+    PATH/.nv-meta/index.sqlite, as `energon prepare-media` does; on a prepared dataset, of its members.
+
+    A metadataset's `filesystem://` aux then answers media_metadata(name) for the folder.
+
+    \b
+    Example:
+      shardstore prepare-media ./media --media-metadata-by-extension
+      shardstore ls ./media --media
+    """
+    from .media_prepare import prepare_media
+
+    report = prepare_media(
+        path, media_metadata_by_glob=media_metadata_by_glob, media_metadata_by_header=media_metadata_by_header,
+        media_metadata_by_extension=media_metadata_by_extension, num_workers=num_workers,
+        storage_options=storage_options, tmp_path=tmp_path, progress=progress and not quiet and sys.stderr.isatty(),
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        counts = ", ".join(f"{k} ({v})" for k, v in report.media.items()) or "none"
+        what = "files" if report.kind == "folder" else "members"
+        click.echo(f"{report.path} ({report.kind}): {report.scanned} {what} looked at, media metadata: {counts} in {report.seconds:.2f} s")
+    for problem in report.problems:
+        click.echo(f"warning: {problem}", err=True)
 
 
 # ----- Energon's command names -------------------------------------------------------------------

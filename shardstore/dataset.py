@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from .keys import split_name
 from .samples import Sample
 from .storage import ByteRange, Storage, cache_root, open_storage
 from .tarscan import fill_plain_sample, plain_members, regular_members
+
+if TYPE_CHECKING:
+    from .media import MediaMetadata
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -126,6 +129,7 @@ class Dataset:
         state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
+        state.pop("_media", None)  # media_metadata's connection, reopened on use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -499,6 +503,21 @@ class Dataset:
             if k is not None:
                 self.check_shard(self.shards[k])
         return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
+
+    def media_metadata(self, name: str) -> MediaMetadata:
+        """Media metadata of member ``key.part`` (Energon's ``get_media_metadata``): its
+        ``metadata_type`` and values, from the tables ``prepare --media-metadata-by-...`` fills.
+        Raises ``SampleNotFoundError`` when the member has none, ``ConfigError`` when the dataset
+        was prepared without media metadata."""
+        media = self.__dict__.get("_media")
+        if media is None:
+            from .media import MediaIndex
+
+            media = self.__dict__["_media"] = MediaIndex(self.index.path, self.storage.url(nvmeta.META_DIR))
+        found = media.get(name)
+        if found is None:
+            raise SampleNotFoundError(f"no media metadata for {name!r}", path=self.url, member=name)
+        return found
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""

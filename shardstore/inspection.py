@@ -25,9 +25,11 @@ from .dataset import Dataset
 from .dataset import open as open_dataset
 from .decode import describe_sample
 from .errors import SampleNotFoundError, StaleIndexError, StorageError
+from .filestores import media_index_of
 from .jsonl import JsonlDataset, is_jsonl
 from .keys import SamplePart, group_samples, split_name
-from .storage import ByteRange, Storage
+from .media import MediaIndex, MediaMetadata
+from .storage import ByteRange, Storage, open_storage
 from .tarscan import iter_members
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "info",
     "check",
     "ls",
+    "ls_media",
     "cat",
     "PreviewItem",
     "preview",
@@ -125,6 +128,9 @@ class DatasetSummary:
     crude: bool
     field_map: dict[str, Any] | None
     sample_loader: str | None = None
+    #: ``prepare --media-metadata-by-...``: ``{"filters": [{strategy, patterns, created_at_utc}],
+    #: "counts": {metadata_type: rows}}``; None when the index has no media tables.
+    media: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -204,7 +210,29 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         crude=crude,
         field_map=field_map,
         sample_loader=_sample_loader(ds.dataset_yaml),
+        media=_media_summary(MediaIndex(index.path, storage.url(nvmeta.META_DIR))),
     )
+
+
+def _media_summary(media: MediaIndex) -> dict[str, Any] | None:
+    try:
+        return {"filters": media.filters(), "counts": media.counts()} if media.available else None
+    finally:
+        media.close()
+
+
+def ls_media(url: str, *, limit: int | None = None, storage_options: dict[str, Any] | None = None) -> Iterator[MediaMetadata]:
+    """The ``media_metadata`` rows of a prepared dataset or a media folder (``prepare-media``), in
+    ``entry_key`` order, page by page: ``shardstore ls --media``."""
+    refuse_metadataset(url)
+    storage = open_storage(url, storage_options)
+    if nvmeta.dataset_kind(url, storage_options) == nvmeta.DatasetKind.WEBDATASET:
+        index = _open(url, None, storage_options).index
+        media = MediaIndex(index.path, storage.url(nvmeta.META_DIR))
+    else:
+        media = media_index_of(storage)
+    media.require()
+    return media.iter(limit)
 
 
 def _jsonl_info(ds: JsonlDataset) -> DatasetSummary:

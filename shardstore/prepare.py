@@ -30,6 +30,7 @@ from . import nvmeta
 from .errors import ConfigError, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
+from .media import MediaFilter
 from .scan import ShardScan, scan_shards
 from .storage import FileStat, Storage, open_storage, scratch_path
 
@@ -72,6 +73,8 @@ class PrepareReport:
     problems: list[str] = field(default_factory=list)
     #: ``--fix-duplicates``: the shards whose members were renamed (None: not asked for).
     renamed_shards: list[str] | None = None
+    #: ``--media-metadata-by-...``: rows written per ``metadata_type`` (None: not asked for).
+    media: dict[str, int] | None = None
 
     def to_json(self) -> str:
         """The report as JSON; the entries of options not given (None) are left out."""
@@ -341,6 +344,9 @@ def prepare(
     dataset_yaml_name: str = nvmeta.DATASET_YAML,
     tmp_path: str | None = None,
     fix_duplicates: bool = False,
+    media_metadata_by_glob: str | None = None,
+    media_metadata_by_header: bool = False,
+    media_metadata_by_extension: bool = False,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -354,6 +360,9 @@ def prepare(
     ``fix_duplicates``: when a sample key repeats across shards, first rename every member to
     ``<shard>/<name>`` as Energon's ``--fix-duplicates`` does (``shardstore.duplicates``; each shard
     replaced whole and atomically); ``report.renamed_shards`` lists the shards rewritten.
+    ``media_metadata_by_glob="*.jpg,*.png"`` / ``media_metadata_by_header`` /
+    ``media_metadata_by_extension`` (one of them) also fill Energon 7.4's ``media_metadata`` and
+    ``media_filters`` tables (``shardstore.media``); ``report.media`` counts the rows per type.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -361,6 +370,9 @@ def prepare(
     dies (naming its shard and the signal). Nothing on disk changes on error.
     """
     t0 = time.perf_counter()
+    media = MediaFilter.parse(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    if media is not None and (tar_index_only or os.fspath(path).endswith(".jsonl")):
+        raise ConfigError("media metadata cannot be combined with tar_index_only (--tar-index-only) or a JSONL file, as in Energon")
     if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written
         return _prepare_jsonl(os.fspath(path), storage_options)
     storage = open_storage(path, storage_options)
@@ -399,7 +411,9 @@ def prepare(
     _check_dataset_yaml_name(dataset_yaml_name)
 
     staging = _Staging(storage, os.fspath(tmp_path) if tmp_path is not None else None) if not tar_index_only else None
-    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
+    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, media_tables=media is not None) if staging else None
+    media_counts: Counter[str] = Counter()
+    media_problems: list[str] = []
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
@@ -412,7 +426,7 @@ def prepare(
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)
-        for scan in _progress(scan_shards(storage, shards, workers, rows_dir), len(shards), progress):
+        for scan in _progress(scan_shards(storage, shards, workers, rows_dir, media), len(shards), progress):
             if staging is not None:
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
@@ -426,11 +440,17 @@ def prepare(
                 writer.merge(scan.rows, scan.tar_file_id)
                 if isinstance(scan.rows, str):
                     os.unlink(scan.rows)
+            if writer is not None and scan.media is not None:
+                writer.add_media(scan.media)
+                media_counts.update(row[1] for row in scan.media)
+                media_problems += scan.media_problems or []
         if staging is None or writer is None:
             return PrepareReport(
                 storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
                 time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
             )
+        if media is not None:
+            writer.add_media_filter(media.strategy, media.patterns_text)
         writer.finish()
         if rows_dir is not None:
             shutil.rmtree(rows_dir)
@@ -462,7 +482,7 @@ def prepare(
         if staging is not None:
             staging.abort()
         raise
-    problems = [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
+    problems = [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst] + media_problems
     return PrepareReport(
         path=storage.url(),
         shards=len(shards),
@@ -476,4 +496,5 @@ def prepare(
         uuid=new_uuid.decode(),
         problems=problems,
         renamed_shards=renamed,
+        media=dict(sorted(media_counts.items())) if media is not None else None,
     )
