@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,27 @@ def test_jsonl_on_s3(s3_server: Any, s3_url: Callable[[str], str], tmp_path: Pat
     assert len(ds) == 300 and ds[123]["json"] == rows[123]
     assert [s["json"] for s in ds.get_many([299, 0, 5])] == [rows[299], rows[0], rows[5]]
     assert sorted(s["__index__"] for s in ds.iter(shuffle=True, seed=3)) == list(range(300))
+
+
+def test_media_metadata_on_s3(s3_server: Any, s3_url: Callable[[str], str], tmp_path: Path, upload: Any) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from media_samples import image, video, write_shards
+
+    from shardstore.filestores import FolderStore
+    from shardstore.media_prepare import prepare_media
+
+    opts = s3_server.storage_options()
+    items = [("a.jpg", image("JPEG")), ("a.txt", b"x"), ("b.mp4", video(True)), ("c.png", image("PNG", "RGBA"))]
+    url = upload(write_shards(tmp_path / "ds", items, shards=1), s3_url("ds"))
+    report = shardstore.prepare(url, storage_options=opts, split_ratio="1,0,0", media_metadata_by_extension=True)
+    assert report.media == {"av": 1, "image": 2}
+    ds = shardstore.open(url, storage_options=opts)
+    assert ds.media_metadata("b.mp4")["audio_num_samples"] == 8192 and ds.media_metadata("c.png")["mode"] == "RGBA"
+    folder = tmp_path / "folder"
+    (folder / "img").mkdir(parents=True)
+    (folder / "img" / "x.jpg").write_bytes(image("JPEG", "L"))
+    (folder / "y.mp4").write_bytes(video(False))
+    furl = upload(folder, s3_url("media"))
+    assert prepare_media(furl, storage_options=opts, media_metadata_by_extension=True, tmp_path=str(tmp_path / "t")).media == {"av": 1, "image": 1}
+    store = FolderStore(f"filesystem://{furl}", storage_options=opts)
+    assert store.media_metadata("img/x.jpg")["mode"] == "L" and store.media_metadata("y.mp4")["video_num_frames"] == 12
