@@ -540,10 +540,16 @@ def cat_command(path: str, name: str, storage_options: dict[str, Any] | None) ->
 @click.argument("path")
 @split_option
 @click.option("-n", "--num", "n", type=click.IntRange(min=0), default=5, show_default=True, help="How many samples.")
+@click.option(
+    "--trust-dataset-code", is_flag=True,
+    help="Run dataset.yaml's sample_loader/part_filter (Python code shipped in .nv-meta) and show the typed samples.",
+)
 @storage_options_option
 @json_option
 @handle_errors
-def preview_command(path: str, split: str | None, n: int, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+def preview_command(
+    path: str, split: str | None, n: int, trust_dataset_code: bool, storage_options: dict[str, Any] | None, as_json: bool
+) -> None:
     """Print the first N samples for people: text and json parts shown, images as size and shape.
 
     Never interactive; pickled parts are never unpickled. Excluded samples are skipped.
@@ -554,7 +560,7 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
     """
     from .inspection import preview
 
-    items = preview(path, n=n, split=split, storage_options=storage_options)
+    items = preview(path, n=n, split=split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     if as_json:
         echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.parts} for i in items])
         return

@@ -78,6 +78,7 @@ class Dataset:
         field_map: dict[str, str] | bool | None = None,
         allow_pickle: bool = False,
         split_config: str | None = None,
+        trust_dataset_code: bool = False,
     ) -> None:
         self.url = os.fspath(url)
         self.storage_options = storage_options
@@ -96,6 +97,8 @@ class Dataset:
         self._dataset_yaml_read = False
         self.decode = decode
         self.allow_pickle = allow_pickle
+        #: Run dataset.yaml's sample_loader/part_filter (code from the dataset) for typed samples.
+        self.trust_dataset_code = trust_dataset_code
         self.field_map = field_map
         ids = {name: i for i, name in enumerate(self.info.shard_counts)}
         if split is None or self.splits is None:
@@ -378,7 +381,7 @@ class Dataset:
 
     def _finish(self, sample: Sample) -> Any:
         """Hook for decoding and field maps (identity for raw bytes)."""
-        if not self.decode and self.field_map is None:
+        if not self.decode and self.field_map is None and not self.trust_dataset_code:
             return sample
         from .decode import finish_sample
 
@@ -556,11 +559,17 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
     decode: bool | dict[str, Any] = False,
     field_map: dict[str, str] | bool | None = None,
     allow_pickle: bool = False,
+    trust_dataset_code: bool = False,
 ) -> Dataset:
     """Open a prepared dataset (local path, ``file://`` or fsspec URL such as ``s3://bucket/ds``).
 
     ``split=None`` gives every shard of ``.info.json``. Raises ``DatasetNotPreparedError`` when
     there is no ``.nv-meta``, ``ConfigError`` for an unknown split.
+
+    ``trust_dataset_code=True`` runs the ``sample_loader`` and ``part_filter`` that ``dataset.yaml``
+    may name (Python code in ``.nv-meta``, shipped with the data) to give typed samples, as Energon
+    does; without it such a dataset reads raw, and asking it for typed samples (``field_map=True``)
+    is a ``ConfigError`` that says why the code is not run.
 
     A ``*.jsonl`` file (prepared: ``<file>.jsonl.idx`` beside it) opens as a ``JsonlDataset``: one
     sample per line, read the same way (``split`` does not apply to it).
@@ -570,5 +579,6 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
 
         return JsonlDataset(url, split, storage_options=storage_options, decode=decode)  # type: ignore[return-value]
     return Dataset(
-        url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle
+        url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle,
+        trust_dataset_code=trust_dataset_code,
     )

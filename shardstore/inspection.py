@@ -368,8 +368,25 @@ def preview(
     *,
     storage_options: dict[str, Any] | None = None,
     width: int = 120,
+    trust_dataset_code: bool = False,
 ) -> Iterator[PreviewItem]:
-    """The first ``n`` samples of a split, described for people (``shardstore preview``)."""
-    ds = open_dataset(url, split, storage_options=storage_options)
+    """The first ``n`` samples of a split, described for people (``shardstore preview``).
+
+    ``trust_dataset_code``: a dataset whose ``dataset.yaml`` names a ``sample_loader`` is shown as
+    the typed samples that code builds (their fields), as Energon loads them; off by default."""
+    ds = open_dataset(url, split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     for sample in itertools.islice(ds.iter(worker_id=0, num_workers=1), max(n, 0)):
-        yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))
+        if isinstance(sample, dict):
+            yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))
+        else:  # a typed sample built by the dataset's sample_loader
+            fields = {k: v for k, v in vars(sample).items() if not k.startswith("__")}
+            source = sample.__sources__[0] if getattr(sample, "__sources__", None) else None
+            yield PreviewItem(
+                source.index if source is not None else None, sample.__key__, source.shard_name if source is not None else "",
+                {k: _clip_repr(v, width) for k, v in fields.items()},
+            )
+
+
+def _clip_repr(value: Any, width: int) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -92,7 +92,7 @@ def open_aux(ref: AuxRef, storage_options: dict[str, Any] | None) -> FileStore:
 
 def check_reader_options(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` unchanged if every name is one a dataset and store take; a typo fails here, at open."""
-    allowed = {"storage_options", "decode", "field_map", "allow_pickle"}
+    allowed = {"storage_options", "decode", "field_map", "allow_pickle", "trust_dataset_code"}
     unknown = set(options) - allowed
     if unknown:
         raise ConfigError(f"unknown reader options {sorted(unknown)}; allowed: {sorted(allowed)}")
