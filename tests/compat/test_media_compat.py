@@ -156,3 +156,14 @@ def test_prepare_media_folder_equals_energons(tmp_path: Path) -> None:
     peer = SystemFileStore(str(ours))
     for name in ("images/a.jpg", "video/d.mp4", "e.wav"):
         assert peer.get_media_metadata(name).to_dict() == FolderStore(f"filesystem://{theirs}").media_metadata(name).values
+
+
+def test_prepare_media_on_a_prepared_dataset_equals_energons(source: Path, tmp_path: Path) -> None:
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    shutil.copytree(source, ours)
+    _shardstore(ours)
+    shutil.copytree(ours, theirs)
+    res = subprocess.run([str(BIN / "shardstore"), "prepare-media", str(ours), "--media-metadata-by-extension"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    _energon(theirs, "--media-metadata-by-extension", command="prepare-media")
+    assert _tables(ours) == _tables(theirs) and len(_tables(ours)[0]) == 10
