@@ -139,6 +139,7 @@ def test_energon_reads_the_fixed_dataset(tmp_path: Path) -> None:
     assert got["parts/c.tar/imgs/0004"] == {"jpg": b"four"}
 
 
+@pytest.mark.slow  # Energon's patcher compiles its numba code in every process: ~20 s of CPU
 def test_both_refuse_a_key_repeated_inside_a_shard(tmp_path: Path) -> None:
     ours, theirs = build(tmp_path / "ours", repeat_inside=True), build(tmp_path / "theirs", repeat_inside=True)
     before = _shards(ours)
