@@ -135,3 +135,15 @@ def test_metadataset_blends_jsonl_with_a_tar_dataset(jsonl: Path, prepared: Path
     assert len(samples) - len(from_jsonl) == len(shardstore.open(str(prepared)))
     info = CliRunner().invoke(main, ["info", str(meta), "--json"])
     assert info.exit_code == 0, info.output
+
+
+def test_mount_refuses_jsonl_clearly(jsonl: Path, tmp_path: Path) -> None:
+    from shardstore.errors import ConfigError
+    from shardstore.mount import open_tree
+
+    with pytest.raises(ConfigError, match="cannot be mounted"):
+        open_tree(str(jsonl))
+    meta = tmp_path / "m.yaml"
+    meta.write_text(f"__module__: megatron.energon\n__class__: MetadatasetV2\nsplits:\n  train:\n    path: {jsonl}\n")
+    with pytest.raises(ConfigError, match="cannot be mounted"):
+        open_tree(str(meta))
