@@ -397,11 +397,6 @@ def prepare(
         shards = discover_shards(storage, exclude)
     if not shards:
         raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
-    renamed: list[str] | None = None
-    if fix_duplicates and not tar_index_only:
-        from .duplicates import apply_fix
-
-        renamed = apply_fix(storage, shards).shards
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
     if not tar_index_only and not patterns and ratio is None:
@@ -409,6 +404,11 @@ def prepare(
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
     _check_dataset_yaml_name(dataset_yaml_name)
+    renamed: list[str] | None = None
+    if fix_duplicates and not tar_index_only:  # after every option is checked: it rewrites shards
+        from .duplicates import apply_fix
+
+        renamed = apply_fix(storage, shards).shards
 
     staging = _Staging(storage, os.fspath(tmp_path) if tmp_path is not None else None) if not tar_index_only else None
     writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, media_tables=media is not None) if staging else None
