@@ -97,3 +97,13 @@ def test_refused_before_any_shard_changes(tmp_path: Path) -> None:
     with pytest.raises(TarFormatError, match="GNU long-name header"):
         shardstore.prepare(str(root), split_ratio="1,0,0", fix_duplicates=True)
     assert _files(root) == before and not (root / ".nv-meta").exists()
+
+
+def test_a_bad_option_renames_nothing(tmp_path: Path) -> None:
+    root = _dup_dataset(tmp_path / "ds")
+    before = _files(root)
+    with pytest.raises(Exception, match="split ratio"):
+        shardstore.prepare(str(root), split_ratio="1,2", fix_duplicates=True)
+    with pytest.raises(Exception, match="dataset-yaml-name"):
+        shardstore.prepare(str(root), split_ratio="1,0,0", fix_duplicates=True, dataset_yaml_name="../x.yaml")
+    assert _files(root) == before
