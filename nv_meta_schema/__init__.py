@@ -27,7 +27,7 @@ from typing import Any
 import braceexpand
 import yaml
 
-__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "tables_sql", "validate", "detect_layout"]
+__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "tables_sql", "optional_tables_sql", "validate", "detect_layout"]
 
 META_DIR = ".nv-meta"
 
@@ -91,6 +91,14 @@ def tables_sql(layout: str) -> str:
     column commented: what a writer of that layout runs in an empty database. No PRAGMA and none
     of the optional tables. Raises ``KeyError`` for an unknown layout."""
     return _sql_file(LAYOUTS[layout].sql_file)
+
+
+@cache
+def optional_tables_sql(layout: str) -> str:
+    """The SQL of the tables a layout may lack (Energon 7.4: ``media_metadata`` and ``media_filters``,
+    written by ``--media-metadata-by-...``); empty for a layout without any."""
+    spec = LAYOUTS[layout]
+    return _sql_file(spec.optional_sql_file) if spec.optional_sql_file else ""
 
 
 @cache

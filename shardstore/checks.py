@@ -24,9 +24,17 @@ import numpy as np
 import yaml
 
 from . import metaswap, nvmeta
-from .errors import ConfigError, PrepareLockedError, ShardstoreError, StorageError, place_message
+from .errors import (
+    ConfigError,
+    DatasetNotPreparedError,
+    PrepareLockedError,
+    ShardstoreError,
+    StorageError,
+    place_message,
+)
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
+from .jsonl import idx_name, is_jsonl, jsonl_offsets, split_url
 from .keys import group_batches, member_name
 from .storage import Storage, open_storage
 from .tarscan import scan_storage_batches
@@ -340,6 +348,10 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
     """
     t0 = time.perf_counter()
     refuse_metadataset(url)
+    if is_jsonl(url):
+        report = _check_jsonl(url, deep, storage_options)
+        report.seconds = round(time.perf_counter() - t0, 3)
+        return report
     storage = open_storage(url, storage_options)
     repaired, busy = _recover(storage)
     if not (storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}")):
@@ -397,6 +409,38 @@ def _recover(storage: Storage) -> tuple[list[str], PrepareLockedError | None]:
         return metaswap.recover(root, holding_lock=True).actions(), None
     finally:
         lock.release()
+def _check_jsonl(url: str, deep: bool, storage_options: dict[str, Any] | None) -> CheckReport:
+    """A JSONL file: its ``.jsonl.idx`` exists, rises, starts each line and ends at the file's end;
+    ``deep`` reads the file and compares the index with the one prepare would write now (every line
+    parsed, so a broken line is named)."""
+    folder, name = split_url(url)
+    storage = open_storage(folder, storage_options)
+    report = CheckReport(storage.url(name), deep, 1, 0, 0, 0.0)
+    idx = idx_name(name)
+    if not storage.exists(name):
+        raise DatasetNotPreparedError("no such JSONL file", path=storage.url(name))
+    if not storage.exists(idx):
+        report.problems.append(Problem("index", storage.url(idx), "missing: run `shardstore prepare` on the file"))
+        return report
+    offsets = np.frombuffer(storage.read(idx), dtype=np.dtype("=u8")) if storage.size(idx) % 8 == 0 else None
+    if offsets is None or len(offsets) < 2:
+        report.problems.append(Problem("index", storage.url(idx), "not a JSONL index (count + 1 uint64 offsets)"))
+        return report
+    report.samples = report.parts = len(offsets) - 1
+    size = storage.size(name)
+    if int(offsets[-1]) != size:
+        report.problems.append(Problem("shard", storage.url(name), f"file is {size} bytes, its index ends at {int(offsets[-1])}"))
+    if np.any(np.diff(offsets.astype(np.int64)) <= 0):
+        report.problems.append(Problem("index", storage.url(idx), "offsets do not rise"))
+    if deep and not report.problems:
+        try:
+            fresh = jsonl_offsets(storage, name)
+        except ShardstoreError as e:
+            report.problems.append(Problem.from_error("member", e, storage.url(name)))
+        else:
+            if fresh != offsets.tolist():
+                report.problems.append(Problem("index", storage.url(idx), "differs from the file's lines: rerun `shardstore prepare`"))
+    return report
 
 
 def _check_shard(

@@ -140,6 +140,13 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--skip-dataset-yaml", is_flag=True, help="Do not write dataset.yaml.")
 @click.option("--sample-type", help="Energon sample class for dataset.yaml (e.g. CaptioningSample) or CrudeWebdataset.")
 @click.option("--field-map", help='JSON field map for dataset.yaml, e.g. \'{"image": "jpg", "caption": "txt"}\'.')
+@click.option("--dataset-yaml-name", default=nvmeta.DATASET_YAML, show_default=True, help="File name in .nv-meta for the dataset.yaml written.")
+@click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
+@click.option("--media-metadata-by-glob", default=None, help="Record media metadata of members matching these globs, e.g. '*.jpg,*.mp4'.")
+@click.option("--media-metadata-by-header", is_flag=True, help="Record media metadata of members whose first bytes are an image, audio or video.")
+@click.option("--media-metadata-by-extension", is_flag=True, help="Record media metadata of members with an image, audio or video extension.")
+@click.option("--fix-duplicates", is_flag=True, help="If a key repeats across shards, rename every member to SHARD/NAME first (as Energon).")
+@click.option("--dry-run", is_flag=True, help="With --fix-duplicates: list what would be renamed, change nothing.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 @storage_options_option
@@ -158,6 +165,13 @@ def prepare(
     skip_dataset_yaml: bool,
     sample_type: str | None,
     field_map: str | None,
+    dataset_yaml_name: str,
+    tmp_path: str | None,
+    media_metadata_by_glob: str | None,
+    media_metadata_by_header: bool,
+    media_metadata_by_extension: bool,
+    fix_duplicates: bool,
+    dry_run: bool,
     progress: bool,
     quiet: bool,
     storage_options: dict[str, Any] | None,
@@ -174,8 +188,13 @@ def prepare(
     """
     from .prepare import prepare as run_prepare
 
+    if dry_run:
+        if not fix_duplicates:
+            raise click.UsageError("--dry-run goes with --fix-duplicates")
+        _print_duplicate_plan(path, exclude, storage_options, as_json)
+        return
     interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
-    if interactive and not tar_index_only:
+    if interactive and not tar_index_only and not path.endswith(".jsonl"):
         if force_overwrite is False and _already_prepared(path, storage_options):
             if not click.confirm("It seems the dataset had already been prepared. Do you want to continue?"):
                 return
@@ -197,6 +216,12 @@ def prepare(
         progress=progress and not quiet and sys.stderr.isatty(),
         storage_options=storage_options,
         choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
+        dataset_yaml_name=dataset_yaml_name,
+        tmp_path=tmp_path,
+        fix_duplicates=fix_duplicates,
+        media_metadata_by_glob=media_metadata_by_glob,
+        media_metadata_by_header=media_metadata_by_header,
+        media_metadata_by_extension=media_metadata_by_extension,
     )
     if as_json:
         click.echo(report.to_json())
@@ -208,10 +233,41 @@ def prepare(
         for name, c in report.splits.items():
             click.echo(f"  {name}: {c['shards']} shards, {c['samples']} samples")
         click.echo(f"  parts: {', '.join(f'{k} ({v})' for k, v in report.part_names.items())}")
-        if report.sample_type is None and not skip_dataset_yaml and not tar_index_only:
+        if report.sample_type is None and not skip_dataset_yaml and not tar_index_only and not path.endswith(".jsonl"):
             click.echo("  no dataset.yaml written (use --sample-type to create it)")
         for problem in report.problems:
             click.echo(f"  warning: {problem}", err=True)
+        if report.media is not None:
+            counts = ", ".join(f"{k} ({v})" for k, v in report.media.items()) or "none found"
+            click.echo(f"  media metadata: {counts}")
+        if report.renamed_shards is not None:
+            n = len(report.renamed_shards)
+            click.echo(f"  --fix-duplicates: {'no duplicate keys, nothing renamed' if not n else f'renamed the members of {n} shards'}")
+
+
+def _print_duplicate_plan(path: str, exclude: str | None, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """``prepare --fix-duplicates --dry-run``: what would be renamed (``duplicates.fix_duplicates_dry_run``)."""
+    from .duplicates import fix_duplicates_dry_run
+
+    plan = fix_duplicates_dry_run(path, exclude=exclude, storage_options=storage_options)
+    if as_json:
+        echo_json(plan.to_dict())
+        return
+    click.echo(f"{len(plan.duplicates)} keys occur in more than one shard")
+    for key, shards in list(plan.duplicates.items())[:10]:
+        click.echo(f"  {key}: {', '.join(shards)}")
+    if plan.skipped:
+        click.echo(f"{len(plan.skipped)} shards were renamed by an earlier run")
+    if plan.problems:
+        click.echo("renaming is impossible:")
+        for problem in plan.problems[:10]:
+            click.echo(f"  {problem}")
+    elif plan.needed:
+        click.echo(f"would rename every member of {len(plan.shards)} shards, e.g.:")
+        for shard, (old, new) in list(plan.examples.items())[:10]:
+            click.echo(f"  {shard}: {old} -> {new}")
+    else:
+        click.echo("nothing to rename")
 
 
 def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool:
@@ -299,7 +355,9 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     if as_json:
         echo_json(s.to_dict())
         return
-    if s.sample_type is None:
+    if s.index_format == "jsonl":
+        kind = "JSONL (crude: one JSON object per line, part json)"
+    elif s.sample_type is None:
         kind = "none (no dataset.yaml: raw samples, as with CrudeWebdataset)"
     else:
         kind = s.sample_type + (" (crude)" if s.crude and s.sample_type != "CrudeWebdataset" else "")
@@ -320,6 +378,10 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
         rows.append(("excluded", f"{_plural(s.excluded['shards'], 'shard')}, {_plural(s.excluded['samples'], 'sample')}"))
     parts = ", ".join(name if n is None else f"{name} ({n})" for name, n in s.parts.items())
     rows.append(("parts", parts or "none"))
+    if s.media is not None:
+        filters = "; ".join(f["strategy"] + (f" {f['patterns']}" if f["patterns"] else "") for f in s.media["filters"]) or "none recorded"
+        counts = ", ".join(f"{k} ({v})" for k, v in s.media["counts"].items()) or "no rows"
+        rows.append(("media", f"{counts}; filter: {filters}"))
     if s.uuid:
         rows.append(("index uuid", s.uuid))
     click.echo(s.url)
@@ -397,11 +459,12 @@ def _print_check(report: Any, checked: str, as_json: bool, quiet: bool) -> None:
 @click.argument("path")
 @split_option
 @click.option("-n", "--limit", type=click.IntRange(min=0), default=None, help="List at most this many samples.")
+@click.option("--media", is_flag=True, help="List the media metadata rows instead: NAME<TAB>TYPE<TAB>JSON (also of a prepare-media folder).")
 @storage_options_option
 @json_option
 @handle_errors
 def ls_command(
-    path: str, split: str | None, limit: int | None, storage_options: dict[str, Any] | None, as_json: bool
+    path: str, split: str | None, limit: int | None, media: bool, storage_options: dict[str, Any] | None, as_json: bool
 ) -> None:
     """List sample keys and their parts, one sample per line: KEY<TAB>PART,PART,...
 
@@ -413,6 +476,9 @@ def ls_command(
       shardstore ls ./ds --split val --limit 5
       shardstore ls ./ds --json | jq '.[].key'
     """
+    if media:
+        _ls_media(path, limit, storage_options, as_json)
+        return
     from .inspection import ls
 
     listing = ls(path, split=split, limit=limit, storage_options=storage_options)
@@ -426,6 +492,17 @@ def ls_command(
     _echo_chunked(
         f"{item.key}\t{','.join(item.parts)}" + ("\t(excluded)\n" if item.excluded else "\n") for item in listing
     )
+
+
+def _ls_media(path: str, limit: int | None, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+    """``ls --media``: one line (or JSON object) per ``media_metadata`` row (``inspection.ls_media``)."""
+    from .inspection import ls_media
+
+    rows = ls_media(path, limit=limit, storage_options=storage_options)
+    if as_json:
+        echo_json([m.to_dict() for m in rows])
+        return
+    _echo_chunked(f"{m.entry_key}\t{m.metadata_type}\t{json.dumps(m.values, separators=(',', ':'))}\n" for m in rows)
 
 
 def _echo_chunked(pieces: Iterator[str], lines: int = 1024) -> None:
@@ -465,10 +542,16 @@ def cat_command(path: str, name: str, storage_options: dict[str, Any] | None) ->
 @click.argument("path")
 @split_option
 @click.option("-n", "--num", "n", type=click.IntRange(min=0), default=5, show_default=True, help="How many samples.")
+@click.option(
+    "--trust-dataset-code", is_flag=True,
+    help="Run dataset.yaml's sample_loader/part_filter (Python code shipped in .nv-meta) and show the typed samples.",
+)
 @storage_options_option
 @json_option
 @handle_errors
-def preview_command(path: str, split: str | None, n: int, storage_options: dict[str, Any] | None, as_json: bool) -> None:
+def preview_command(
+    path: str, split: str | None, n: int, trust_dataset_code: bool, storage_options: dict[str, Any] | None, as_json: bool
+) -> None:
     """Print the first N samples for people: text and json parts shown, images as size and shape.
 
     Never interactive; pickled parts are never unpickled. Excluded samples are skipped.
@@ -479,7 +562,7 @@ def preview_command(path: str, split: str | None, n: int, storage_options: dict[
     """
     from .inspection import preview
 
-    items = preview(path, n=n, split=split, storage_options=storage_options)
+    items = preview(path, n=n, split=split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     if as_json:
         echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.parts} for i in items])
         return
@@ -582,6 +665,54 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
     umount(mountpoint)
     if not quiet:
         click.echo(f"Unmounted {mountpoint}")
+
+
+@main.command("prepare-media")
+@click.argument("path")
+@click.option("--media-metadata-by-glob", default=None, help="Files whose name matches these globs, e.g. '*.jpg,*.mp4'.")
+@click.option("--media-metadata-by-header", is_flag=True, help="Files whose first bytes are an image, audio or video.")
+@click.option("--media-metadata-by-extension", is_flag=True, help="Files with an image, audio or video extension.")
+@click.option("--num-workers", type=int, default=None, help="Parallel probes (default: CPU count; 16 for remote).")
+@click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def prepare_media_command(
+    path: str, media_metadata_by_glob: str | None, media_metadata_by_header: bool, media_metadata_by_extension: bool,
+    num_workers: int | None, tmp_path: str | None, progress: bool, storage_options: dict[str, Any] | None,
+    quiet: bool, as_json: bool,
+) -> None:
+    """Record media metadata (size, format; duration, frames, rates) of a folder's media files in
+    PATH/.nv-meta/index.sqlite, as `energon prepare-media` does; on a prepared dataset, of its members.
+
+    A metadataset's `filesystem://` aux then answers media_metadata(name) for the folder.
+
+    \b
+    Example:
+      shardstore prepare-media ./media --media-metadata-by-extension
+      shardstore ls ./media --media
+    """
+    from .media_prepare import prepare_media
+
+    report = prepare_media(
+        path, media_metadata_by_glob=media_metadata_by_glob, media_metadata_by_header=media_metadata_by_header,
+        media_metadata_by_extension=media_metadata_by_extension, num_workers=num_workers,
+        storage_options=storage_options, tmp_path=tmp_path, progress=progress and not quiet and sys.stderr.isatty(),
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        counts = ", ".join(f"{k} ({v})" for k, v in report.media.items()) or "none"
+        what = "files" if report.kind == "folder" else "members"
+        click.echo(f"{report.path} ({report.kind}): {report.scanned} {what} looked at, media metadata: {counts} in {report.seconds:.2f} s")
+    for problem in report.problems:
+        click.echo(f"warning: {problem}", err=True)
+
+
+# ----- Energon's command names -------------------------------------------------------------------
+main.add_command(check_command, name="lint")  # `energon lint`: scripts written for Energon keep working
 
 
 if __name__ == "__main__":

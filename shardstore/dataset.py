@@ -17,7 +17,7 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,9 @@ from .samples import Sample
 from .snapshot import PinnedLocalStorage, open_dataset_storage
 from .storage import ByteRange, Storage, cache_root
 from .tarscan import fill_plain_sample, plain_members, regular_members
+
+if TYPE_CHECKING:
+    from .media import MediaMetadata
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -105,6 +108,7 @@ class Dataset:
         field_map: dict[str, str] | bool | None = None,
         allow_pickle: bool = False,
         split_config: str | None = None,
+        trust_dataset_code: bool = False,
     ) -> None:
         self.url = os.fspath(url)
         self.storage_options = storage_options
@@ -124,6 +128,8 @@ class Dataset:
         self._dataset_yaml_read = False
         self.decode = decode
         self.allow_pickle = allow_pickle
+        #: Run dataset.yaml's sample_loader/part_filter (code from the dataset) for typed samples.
+        self.trust_dataset_code = trust_dataset_code
         self.field_map = field_map
         ids = {name: i for i, name in enumerate(self.info.shard_counts)}
         if split is None or self.splits is None:
@@ -157,6 +163,7 @@ class Dataset:
         state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
+        state.pop("_media", None)  # media_metadata's connection, reopened on use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -419,7 +426,7 @@ class Dataset:
 
     def _finish(self, sample: Sample) -> Any:
         """Hook for decoding and field maps (identity for raw bytes)."""
-        if not self.decode and self.field_map is None:
+        if not self.decode and self.field_map is None and not self.trust_dataset_code:
             return sample
         from .decode import finish_sample
 
@@ -545,6 +552,21 @@ class Dataset:
                 self.check_shard(self.shards[k])
         return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
 
+    def media_metadata(self, name: str) -> MediaMetadata:
+        """Media metadata of member ``key.part`` (Energon's ``get_media_metadata``): its
+        ``metadata_type`` and values, from the tables ``prepare --media-metadata-by-...`` fills.
+        Raises ``SampleNotFoundError`` when the member has none, ``ConfigError`` when the dataset
+        was prepared without media metadata."""
+        media = self.__dict__.get("_media")
+        if media is None:
+            from .media import MediaIndex
+
+            media = self.__dict__["_media"] = MediaIndex(self.index.path, self.storage.url(nvmeta.META_DIR))
+        found = media.get(name)
+        if found is None:
+            raise SampleNotFoundError(f"no media metadata for {name!r}", path=self.url, member=name)
+        return found
+
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""
         refs = [self._locate_key(x) if isinstance(x, str) else self.locate(x) for x in items]
@@ -582,12 +604,26 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
     decode: bool | dict[str, Any] = False,
     field_map: dict[str, str] | bool | None = None,
     allow_pickle: bool = False,
+    trust_dataset_code: bool = False,
 ) -> Dataset:
     """Open a prepared dataset (local path, ``file://`` or fsspec URL such as ``s3://bucket/ds``).
 
     ``split=None`` gives every shard of ``.info.json``. Raises ``DatasetNotPreparedError`` when
     there is no ``.nv-meta``, ``ConfigError`` for an unknown split.
+
+    ``trust_dataset_code=True`` runs the ``sample_loader`` and ``part_filter`` that ``dataset.yaml``
+    may name (Python code in ``.nv-meta``, shipped with the data) to give typed samples, as Energon
+    does; without it such a dataset reads raw, and asking it for typed samples (``field_map=True``)
+    is a ``ConfigError`` that says why the code is not run.
+
+    A ``*.jsonl`` file (prepared: ``<file>.jsonl.idx`` beside it) opens as a ``JsonlDataset``: one
+    sample per line, read the same way (``split`` does not apply to it).
     """
+    if os.fspath(url).endswith(".jsonl"):
+        from .jsonl import JsonlDataset
+
+        return JsonlDataset(url, split, storage_options=storage_options, decode=decode)  # type: ignore[return-value]
     return Dataset(
-        url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle
+        url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle,
+        trust_dataset_code=trust_dataset_code,
     )

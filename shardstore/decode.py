@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ConfigError, DecodeError, MissingExtraError, PickleNotAllowedError, ShardstoreError
+from .loaders import DatasetCode, refuse_dataset_code
 from .samples import BaseSample, Sample, SourceInfo, own_fields, sample_class
 
 if TYPE_CHECKING:
@@ -253,6 +254,8 @@ class SamplePlan:
     fields: dict[str, list[Access]] | None
     subflavors: dict[str, Any] | None
     dataset_path: str
+    #: The dataset's own sample_loader and part_filter (``trust_dataset_code=True`` only).
+    code: DatasetCode | None = None
 
     @property
     def parts(self) -> set[str] | None:
@@ -267,12 +270,7 @@ def _yaml_type(dataset_yaml: Mapping[str, Any] | None, where: str) -> tuple[str 
     if not dataset_yaml:
         raise ConfigError("the dataset has no dataset.yaml: pass field_map={...} instead of True", path=where)
     if "sample_loader" in dataset_yaml:
-        raise ConfigError(
-            "dataset.yaml uses a sample_loader (Python code from the dataset), which shardstore does not run; "
-            "pass field_map={...}",
-            path=where,
-            member="sample_loader",
-        )
+        raise refuse_dataset_code(where)
     if isinstance(dataset_yaml.get("sample_type"), Mapping):
         name = str(dataset_yaml["sample_type"].get("__class__"))
     else:
@@ -332,6 +330,16 @@ def plan_for(ds: Dataset) -> SamplePlan:
     subflavors = yaml_cfg.get("subflavors") if isinstance(yaml_cfg.get("subflavors"), dict) else None
     cls_name: str | None = None
     fmap: dict[str, str] | None = None
+    trusted = getattr(ds, "trust_dataset_code", False)
+    if ds.field_map in (True, None) and trusted and "sample_loader" in yaml_cfg:
+        from .loaders import load_dataset_code
+
+        sample_type = yaml_cfg.get("sample_type")
+        cls = sample_class(str(sample_type.get("__class__"))) if isinstance(sample_type, Mapping) else None
+        if cls is None:
+            raise ConfigError("dataset.yaml names a sample_loader but no known sample_type", path=where, member="sample_type")
+        code = load_dataset_code(ds.storage, yaml_cfg)
+        return SamplePlan(decoders, ds.allow_pickle, cls, None, subflavors, ds.url, code)
     if ds.field_map is True:
         cls_name, fmap = _yaml_type(ds.dataset_yaml, where)
     elif isinstance(ds.field_map, Mapping):
@@ -366,6 +374,8 @@ def _plan(ds: Dataset) -> SamplePlan:
 def finish_sample(ds: Dataset, sample: Sample) -> Any:
     """Decode a raw sample as ``ds`` asks, and build its typed sample if a field map is in force."""
     plan = _plan(ds)
+    if plan.code is not None:
+        return _load_with_code(plan, plan.code, sample)
     if plan.fields is None and not ds.decode and ds.field_map is not True:
         return sample  # field_map=True on a crude dataset still decodes, as Energon's crude reader does
     decoded = decode_sample(sample, plan.decoders, allow_pickle=plan.allow_pickle, parts=plan.parts)
@@ -393,6 +403,33 @@ def finish_sample(ds: Dataset, sample: Sample) -> Any:
         __subflavors__=plan.subflavors,
         __sources__=(source,),
         **values,
+    )
+
+
+def _load_with_code(plan: SamplePlan, code: DatasetCode, sample: Sample) -> Any:
+    """Energon's sample_loader path: the parts ``part_filter`` keeps, decoded, go to ``sample_loader``,
+    whose fields (with the bookkeeping ones) build the dataset's sample type."""
+    keep = {p for p in sample if not str(p).startswith("__") and code.part_filter(p)}
+    decoded = decode_sample(sample, plan.decoders, allow_pickle=plan.allow_pickle, parts=keep)
+    raw = {k: v for k, v in decoded.items() if k in keep or str(k).startswith("__")}
+    key = raw["__key__"]
+    index = raw.get("__index__")
+    restore = index if index is not None else key
+    raw["__restore_key__"] = ("Webdataset", restore)
+    source = SourceInfo(
+        dataset_path=plan.dataset_path, index=restore, shard_name=str(raw.get("__shard__")),
+        file_names=tuple(f"{key}.{p}" for p in sorted(keep)),
+    )
+    raw["__sources__"] = (source,)
+    try:
+        fields = dict(code.sample_loader(raw))
+    except Exception as e:
+        raise DecodeError(f"the dataset's sample_loader failed: {type(e).__name__}: {e}", path=raw.get("__shard__"), member=key) from e
+    for bookkeeping in ("__key__", "__restore_key__", "__subflavors__", "__sources__"):
+        fields.pop(bookkeeping, None)
+    assert plan.sample_cls is not None
+    return plan.sample_cls(
+        __key__=key, __restore_key__=("Webdataset", restore), __subflavors__=plan.subflavors, __sources__=(source,), **fields
     )
 
 

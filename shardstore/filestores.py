@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .dataset import Dataset
-from .errors import PathEscapeError, SampleNotFoundError, StorageError
+from .errors import ConfigError, PathEscapeError, SampleNotFoundError, StorageError
 from .keys import split_name
-from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, contained_path, open_storage
+from .media import MediaIndex, MediaMetadata
+from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, contained_path, open_storage, scratch_path
 
 __all__ = ["FileStore", "IndexedTarStore", "FolderStore", "open_file_store", "FILESYSTEM_PREFIX"]
 
@@ -122,6 +123,10 @@ class IndexedTarStore(FileStore):
     @property
     def url(self) -> str:
         return self.dataset.url
+
+    def media_metadata(self, name: str) -> MediaMetadata:
+        """Media metadata of member ``name`` (Energon's ``get_media_metadata``); see ``Dataset.media_metadata``."""
+        return self.dataset.media_metadata(name)
 
     def _part(self, name: str) -> tuple[int, int, int] | None:
         """(tar_file_id, data offset, size) of the member; for an index without
@@ -362,11 +367,38 @@ class FolderStore(FileStore):
             return super().get_many(names)
         return [self[n] for n in names]
 
+    def media_metadata(self, name: str) -> MediaMetadata:
+        """Media metadata of file ``name`` (Energon's ``get_media_metadata``) from the folder's
+        ``.nv-meta/index.sqlite``, written by ``shardstore prepare-media`` or ``energon prepare-media``.
+        Raises ``SampleNotFoundError`` for a file without metadata (or no such file), ``ConfigError``
+        when the folder was never prepared."""
+        rel = safe_name(name, self.url)
+        if self.__dict__.get("_media") is None:
+            self.__dict__["_media"] = media_index_of(self.storage)
+        found = self.__dict__["_media"].get(rel)
+        if found is None:
+            why = "no media metadata recorded for it: run `shardstore prepare-media`" if self.exists_many([name])[0] else "no such file"
+            raise SampleNotFoundError(f"{name!r}: {why}", path=self.url, member=name)
+        return found
+
     def __getstate__(self) -> dict[str, Any]:
         return {"path": self.storage.root, "storage_options": self.storage_options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["path"], storage_options=state["storage_options"])  # type: ignore[misc]
+
+
+def media_index_of(storage: Storage) -> MediaIndex:
+    """The media tables of a media folder's ``.nv-meta/index.sqlite`` (downloaded once when remote)."""
+    rel = ".nv-meta/index.sqlite"
+    local = storage.local_path(rel)
+    if local is None and storage.exists(rel):
+        local = scratch_path("-media-index.sqlite")
+        with open(local, "wb") as f:
+            f.write(storage.read(rel))
+    if local is None or not os.path.isfile(local):
+        raise ConfigError("no .nv-meta/index.sqlite: run `shardstore prepare-media` on the folder", path=storage.url())
+    return MediaIndex(local, storage.url(rel))
 
 
 def open_file_store(path: str, *, storage_options: dict[str, Any] | None = None) -> FileStore:

@@ -25,8 +25,11 @@ from .dataset import Dataset
 from .dataset import open as open_dataset
 from .decode import describe_sample
 from .errors import SampleNotFoundError, StaleIndexError, StorageError
+from .filestores import media_index_of
+from .jsonl import JsonlDataset, is_jsonl
 from .keys import SamplePart, group_samples, split_name
-from .storage import ByteRange, Storage
+from .media import MediaIndex, MediaMetadata
+from .storage import ByteRange, Storage, open_storage
 from .tarscan import iter_members
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "info",
     "check",
     "ls",
+    "ls_media",
     "cat",
     "PreviewItem",
     "preview",
@@ -124,6 +128,9 @@ class DatasetSummary:
     crude: bool
     field_map: dict[str, Any] | None
     sample_loader: str | None = None
+    #: ``prepare --media-metadata-by-...``: ``{"filters": [{strategy, patterns, created_at_utc}],
+    #: "counts": {metadata_type: rows}}``; None when the index has no media tables.
+    media: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +165,8 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     Raises ``DatasetNotPreparedError`` when there is no ``.nv-meta``, ``ConfigError`` when its
     files are invalid.
     """
+    if is_jsonl(url):
+        return _jsonl_info(JsonlDataset(url, storage_options=storage_options))
     ds = _open(url, None, storage_options)
     storage = ds.storage
     stats = nvmeta.read_shardstore_json(storage)
@@ -201,6 +210,38 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         crude=crude,
         field_map=field_map,
         sample_loader=_sample_loader(ds.dataset_yaml),
+        media=_media_summary(MediaIndex(index.path, storage.url(nvmeta.META_DIR))),
+    )
+
+
+def _media_summary(media: MediaIndex) -> dict[str, Any] | None:
+    try:
+        return {"filters": media.filters(), "counts": media.counts()} if media.available else None
+    finally:
+        media.close()
+
+
+def ls_media(url: str, *, limit: int | None = None, storage_options: dict[str, Any] | None = None) -> Iterator[MediaMetadata]:
+    """The ``media_metadata`` rows of a prepared dataset or a media folder (``prepare-media``), in
+    ``entry_key`` order, page by page: ``shardstore ls --media``."""
+    refuse_metadataset(url)
+    storage = open_storage(url, storage_options)
+    if nvmeta.dataset_kind(url, storage_options) == nvmeta.DatasetKind.WEBDATASET:
+        index = _open(url, None, storage_options).index
+        media = MediaIndex(index.path, storage.url(nvmeta.META_DIR))
+    else:
+        media = media_index_of(storage)
+    media.require()
+    return media.iter(limit)
+
+
+def _jsonl_info(ds: JsonlDataset) -> DatasetSummary:
+    """A JSONL file seen as a one-shard crude dataset with one part, ``json``, per line."""
+    n = len(ds)
+    return DatasetSummary(
+        url=ds.storage.url(ds.name), prepared_by="shardstore or energon", energon_version="unknown",
+        index_format="jsonl", uuid=None, shards=1, samples=n, bytes=int(ds.offsets[-1]), splits={},
+        excluded={"shards": 0, "samples": 0}, parts={"json": n}, sample_type=None, crude=True, field_map=None,
     )
 
 
@@ -234,6 +275,9 @@ def ls(
     and ``limit`` stops it early. Samples excluded by ``split.yaml`` are listed with
     ``excluded=True`` (they keep their position, as in Energon).
     """
+    if is_jsonl(url):
+        jds = JsonlDataset(url, storage_options=storage_options)
+        return (SampleListing(str(i), jds.name, i, ("json",)) for i in range(len(jds) if limit is None else min(limit, len(jds))))
     ds = _open(url, split, storage_options)
     return _ls(ds, limit)
 
@@ -272,12 +316,17 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
     has the size it had at prepare. Raises ``SampleNotFoundError`` (a ``KeyError``) for an unknown
     member, ``StaleIndexError`` for a shard that changed.
     """
-    ds = _open(url, None, storage_options)
-    shard, rng = _member_range(ds, name)
-    stats = nvmeta.read_shardstore_json(ds.storage)
-    why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
-    if why is not None:
-        raise StaleIndexError(why, path=ds.storage.url(shard))
+    ds: Dataset | JsonlDataset
+    if is_jsonl(url):  # opening checks the file still has the size its index ends at
+        ds = JsonlDataset(url, storage_options=storage_options)
+        shard, rng = ds.member_range(name)
+    else:
+        ds = _open(url, None, storage_options)
+        shard, rng = _member_range(ds, name)
+        stats = nvmeta.read_shardstore_json(ds.storage)
+        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
+        if why is not None:
+            raise StaleIndexError(why, path=ds.storage.url(shard))
     written = 0
     while written < rng.size:
         n = min(CAT_CHUNK, rng.size - written)
@@ -319,8 +368,25 @@ def preview(
     *,
     storage_options: dict[str, Any] | None = None,
     width: int = 120,
+    trust_dataset_code: bool = False,
 ) -> Iterator[PreviewItem]:
-    """The first ``n`` samples of a split, described for people (``shardstore preview``)."""
-    ds = open_dataset(url, split, storage_options=storage_options)
+    """The first ``n`` samples of a split, described for people (``shardstore preview``).
+
+    ``trust_dataset_code``: a dataset whose ``dataset.yaml`` names a ``sample_loader`` is shown as
+    the typed samples that code builds (their fields), as Energon loads them; off by default."""
+    ds = open_dataset(url, split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     for sample in itertools.islice(ds.iter(worker_id=0, num_workers=1), max(n, 0)):
-        yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))
+        if isinstance(sample, dict):
+            yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))
+        else:  # a typed sample built by the dataset's sample_loader
+            fields = {k: v for k, v in vars(sample).items() if not k.startswith("__")}
+            source = sample.__sources__[0] if getattr(sample, "__sources__", None) else None
+            yield PreviewItem(
+                source.index if source is not None else None, sample.__key__, source.shard_name if source is not None else "",
+                {k: _clip_repr(v, width) for k, v in fields.items()},
+            )
+
+
+def _clip_repr(value: Any, width: int) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -54,7 +54,13 @@ def open_tree(url: str, layout: str = "flat", storage_options: dict[str, Any] | 
     """The ``Tree`` of a prepared dataset (all shards), or one folder per source of a metadataset."""
     if _is_metadataset(url):
         return _metadataset_tree(url, layout, storage_options)
+    _refuse_jsonl(url)
     return Tree(Dataset(url, None, storage_options=storage_options), layout)
+
+
+def _refuse_jsonl(path: str) -> None:
+    if path.endswith(".jsonl"):
+        raise ConfigError("a JSONL dataset cannot be mounted (read it with shardstore.open or `shardstore cat`)", path=path)
 
 
 def _metadataset_tree(url: str, layout: str, storage_options: dict[str, Any] | None) -> MultiTree:
@@ -66,6 +72,7 @@ def _metadataset_tree(url: str, layout: str, storage_options: dict[str, Any] | N
         raise ConfigError("mounting a metadataset YAML needs shardstore.metadataset, missing here", path=url) from None
     trees: dict[str, Tree] = {}
     for path in metadataset.dataset_paths(url, storage_options):
+        _refuse_jsonl(path)
         name = re.sub(r"[/\x00]", "_", path.rstrip("/").rsplit("/", 1)[-1]) or "dataset"
         trees[_unique(name, trees)] = Tree(Dataset(path, None, storage_options=storage_options), layout)
     if not trees:

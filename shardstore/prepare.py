@@ -30,6 +30,7 @@ from . import metaswap, nvmeta
 from .errors import ConfigError, LinkLoopWarning, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
+from .media import MediaFilter
 from .scan import ShardScan, scan_shards
 from .storage import FileStat, Storage, open_storage, scratch_path
 
@@ -70,9 +71,14 @@ class PrepareReport:
     sample_type: str | None
     uuid: str
     problems: list[str] = field(default_factory=list)
+    #: ``--fix-duplicates``: the shards whose members were renamed (None: not asked for).
+    renamed_shards: list[str] | None = None
+    #: ``--media-metadata-by-...``: rows written per ``metadata_type`` (None: not asked for).
+    media: dict[str, int] | None = None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
+        """The report as JSON; the entries of options not given (None) are left out."""
+        return json.dumps({k: v for k, v in asdict(self).items() if v is not None or k == "sample_type"}, indent=2)
 
 
 def _sort_key(rel: str) -> tuple[str, ...]:
@@ -154,7 +160,7 @@ class _Staging:
     Locally the caller holds the dataset's ``PrepareLock``; ``commit`` follows metaswap.py's order
     (``.tar.idx`` files, then one atomic exchange, then the old generation removed)."""
 
-    def __init__(self, storage: Storage) -> None:
+    def __init__(self, storage: Storage, tmp_path: str | None = None) -> None:
         self.storage = storage
         local_root = storage.local_path("")
         self.local = local_root is not None
@@ -163,6 +169,8 @@ class _Staging:
             if os.path.lexists(final) and not os.path.isdir(final):
                 raise StorageError(f"cannot write {nvmeta.META_DIR}: it exists and is not a folder", path=final)
             self.dir = os.path.join(local_root, f"{metaswap.STAGING_PREFIX}{metaswap.HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        elif tmp_path is not None:  # --tmp-path: the remote dataset's index is built there, then uploaded
+            self.dir = os.path.join(tmp_path, f"shardstore-nv-meta-{uuid.uuid4().hex[:12]}")
         else:
             self.dir = scratch_path("-nv-meta")
         try:
@@ -292,6 +300,24 @@ def _sigterm_unwinds(fn: _F) -> _F:
 _ROWS_DIR = "rows.tmp"
 
 
+def _prepare_jsonl(path: str, storage_options: dict[str, Any] | None) -> PrepareReport:
+    """A JSONL file: its ``.jsonl.idx`` (``shardstore.jsonl``), reported like a one-shard dataset."""
+    from .jsonl import prepare_jsonl
+
+    r = prepare_jsonl(path, storage_options=storage_options)
+    return PrepareReport(r.path, 1, r.samples, r.samples, r.bytes, r.seconds, {}, {"json": r.samples}, None, "")
+
+
+def _check_dataset_yaml_name(name: str) -> None:
+    """``--dataset-yaml-name`` is a file name inside ``.nv-meta``: no folder, nothing prepare owns."""
+    if not name or "/" in name or "\\" in name or name in (".", "..") or name in _GENERATED:
+        raise ConfigError(
+            "--dataset-yaml-name must be a plain file name inside .nv-meta (e.g. dataset-typed.yaml), "
+            "not a path or a file prepare writes",
+            member=name,
+        )
+
+
 def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
     if not show:
         return items
@@ -317,12 +343,28 @@ def prepare(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     choose_dataset_yaml: DatasetYamlChooser | None = None,
+    dataset_yaml_name: str = nvmeta.DATASET_YAML,
+    tmp_path: str | None = None,
+    fix_duplicates: bool = False,
+    media_metadata_by_glob: str | None = None,
+    media_metadata_by_header: bool = False,
+    media_metadata_by_extension: bool = False,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
     Takes the options of ``energon prepare`` (``split_ratio="8,1,1"`` or ``split_parts=["train:regex"]``;
     ``exclude`` regex; ``shuffle_tars``; ``sample_type`` and ``field_map`` for ``dataset.yaml``).
     ``choose_dataset_yaml`` is asked (with the part names found) when no ``sample_type`` is given.
+    ``dataset_yaml_name`` names the file written in ``.nv-meta`` instead of ``dataset.yaml`` (an
+    existing ``dataset.yaml`` then stays). ``tmp_path``: for a remote ``path``, the local folder in
+    which ``index.sqlite`` and the rest of ``.nv-meta`` are built before upload (made if missing;
+    default: the system's temporary folder); ignored for local datasets, as in Energon.
+    ``fix_duplicates``: when a sample key repeats across shards, first rename every member to
+    ``<shard>/<name>`` as Energon's ``--fix-duplicates`` does (``shardstore.duplicates``; each shard
+    replaced whole and atomically); ``report.renamed_shards`` lists the shards rewritten.
+    ``media_metadata_by_glob="*.jpg,*.png"`` / ``media_metadata_by_header`` /
+    ``media_metadata_by_extension`` (one of them) also fill Energon 7.4's ``media_metadata`` and
+    ``media_filters`` tables (``shardstore.media``); ``report.media`` counts the rows per type.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -332,6 +374,11 @@ def prepare(
     changed since may already be the new one: docs/format.md, "Crash safety and concurrency").
     """
     t0 = time.perf_counter()
+    media = MediaFilter.parse(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    if media is not None and (tar_index_only or os.fspath(path).endswith(".jsonl")):
+        raise ConfigError("media metadata cannot be combined with tar_index_only (--tar-index-only) or a JSONL file, as in Energon")
+    if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written
+        return _prepare_jsonl(os.fspath(path), storage_options)
     storage = open_storage(path, storage_options)
     if isinstance(field_map, str):
         try:
@@ -344,6 +391,7 @@ def prepare(
         return _prepare_locked(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
             skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
+            dataset_yaml_name=dataset_yaml_name, tmp_path=tmp_path, fix_duplicates=fix_duplicates, media=media,
         )
     finally:
         if lock is not None:
@@ -365,6 +413,11 @@ def _prepare_locked(
     field_map: dict[str, str] | None,
     progress: bool,
     choose_dataset_yaml: DatasetYamlChooser | None,
+    *,
+    dataset_yaml_name: str,
+    tmp_path: str | None,
+    fix_duplicates: bool,
+    media: MediaFilter | None,
 ) -> PrepareReport:
     """``prepare`` once it holds the dataset's lock (local): first undo what an interrupted prepare
     left (metaswap.recover), then index and commit."""
@@ -396,9 +449,17 @@ def _prepare_locked(
         raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
+    _check_dataset_yaml_name(dataset_yaml_name)
+    renamed: list[str] | None = None
+    if fix_duplicates and not tar_index_only:  # after every option is checked: it rewrites shards
+        from .duplicates import apply_fix
 
-    staging = _Staging(storage) if not tar_index_only else None
-    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
+        renamed = apply_fix(storage, shards).shards
+
+    staging = _Staging(storage, os.fspath(tmp_path) if tmp_path is not None else None) if not tar_index_only else None
+    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, media_tables=media is not None) if staging else None
+    media_counts: Counter[str] = Counter()
+    media_problems: list[str] = []
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
@@ -411,7 +472,7 @@ def _prepare_locked(
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)
-        for scan in _progress(scan_shards(storage, shards, workers, rows_dir), len(shards), progress):
+        for scan in _progress(scan_shards(storage, shards, workers, rows_dir, media), len(shards), progress):
             if staging is not None:
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
@@ -425,11 +486,17 @@ def _prepare_locked(
                 writer.merge(scan.rows, scan.tar_file_id)
                 if isinstance(scan.rows, str):
                     os.unlink(scan.rows)
+            if writer is not None and scan.media is not None:
+                writer.add_media(scan.media)
+                media_counts.update(row[1] for row in scan.media)
+                media_problems += scan.media_problems or []
         if staging is None or writer is None:
             return PrepareReport(
                 storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
                 time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
             )
+        if media is not None:
+            writer.add_media_filter(media.strategy, media.patterns_text)
         writer.finish()
         if rows_dir is not None:
             shutil.rmtree(rows_dir)
@@ -449,11 +516,11 @@ def _prepare_locked(
         wrote_yaml = sample_type is not None and not skip_dataset_yaml
         if wrote_yaml:
             assert sample_type is not None
-            staging.write(nvmeta.DATASET_YAML, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
+            staging.write(dataset_yaml_name, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
             loader = f"{nvmeta.META_DIR}/{nvmeta.SAMPLE_LOADER_PY}"
             if sample_type != "CrudeWebdataset" and field_map is None and not storage.exists(loader):
                 staging.write(nvmeta.SAMPLE_LOADER_PY, nvmeta.sample_loader_template(sample_type, sorted(part_names)))
-        staging.carry_over(keep_dataset_yaml=not wrote_yaml)
+        staging.carry_over(keep_dataset_yaml=not wrote_yaml or dataset_yaml_name != nvmeta.DATASET_YAML)
         staging.commit()
     except BaseException:
         if writer is not None:
@@ -461,7 +528,7 @@ def _prepare_locked(
         if staging is not None:
             staging.abort()
         raise
-    problems = recovered + [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
+    problems = recovered + [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst] + media_problems
     return PrepareReport(
         path=storage.url(),
         shards=len(shards),
@@ -474,4 +541,6 @@ def _prepare_locked(
         sample_type=sample_type if wrote_yaml else None,
         uuid=new_uuid.decode(),
         problems=problems,
+        renamed_shards=renamed,
+        media=dict(sorted(media_counts.items())) if media is not None else None,
     )

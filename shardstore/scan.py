@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gc
+import io
 import itertools
 import multiprocessing
 import os
@@ -26,11 +28,12 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from .errors import EmptyShardError, ShardstoreError, WorkerDiedError
 from .index.sqlite import ShardRows
-from .keys import group_batches
+from .keys import SampleBatch, group_batches
+from .media import MediaFilter, MemberFile, probe
 from .storage import FileStat, Storage
 from .tarscan import scan_storage_batches
 
@@ -56,18 +59,27 @@ class ShardScan:
     part_names: Counter[str]
     offsets: list[int]
     rows: bytes | str | None
+    #: ``--media-metadata-by-...``: (entry_key, metadata_type, metadata_json) rows, and the members
+    #: whose media could not be read (named in the report); None when no media filter was given.
+    media: list[tuple[str, str, str]] | None = None
+    media_problems: list[str] | None = None
 
 
 
-def scan_shard(storage: Storage, tar_file_id: int, name: str, spill_path: str | None = None) -> ShardScan:
+def scan_shard(
+    storage: Storage, tar_file_id: int, name: str, spill_path: str | None = None, media: MediaFilter | None = None
+) -> ShardScan:
     """Walk one shard's headers; return its counts, ``.tar.idx`` offsets and, if ``spill_path``
     is given, its index rows for ``IndexWriter.merge`` (``ShardRows``; written to ``spill_path``
-    only where rows cannot be handed over in memory)."""
+    only where rows cannot be handed over in memory). With a ``media`` filter, the members it
+    selects are probed (``media.probe``: only their headers for images) for the media tables."""
     stat = storage.stat(name)
     rows = _shard_rows() if spill_path is not None else None
     offsets: list[int] = []
     part_names: Counter[str] = Counter()
     n_parts = end = 0
+    found: list[tuple[str, str, str]] = []
+    problems: list[str] = []
     with _gc_paused():
         if rows is not None:
             rows.start()
@@ -78,12 +90,46 @@ def scan_shard(storage: Storage, tar_file_id: int, name: str, spill_path: str | 
             end = batch.offsets[-1] + batch.sizes[-1]
             part_names.update(batch.part_names)
             n_parts += len(batch.part_names)
+            if media is not None:
+                found += _probe_batch(storage, name, batch, media, problems)
         handed = rows.finish(spill_path) if rows is not None and spill_path is not None else None
     if not offsets:
         raise EmptyShardError("shard holds no sample (Energon refuses empty shards too)", path=storage.url(name))
     n_samples = len(offsets)
     offsets.append(end)
-    return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed)
+    if media is None:
+        return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed)
+    return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed, found, problems)
+
+
+def _probe_batch(
+    storage: Storage, shard: str, batch: SampleBatch, media: MediaFilter, problems: list[str]
+) -> list[tuple[str, str, str]]:
+    """Media rows of the members of ``batch`` that ``media`` selects; a member Pillow chokes on is
+    named in ``problems`` instead."""
+    rows = []
+    first = batch.first_index
+    for sample, part, offset, size in zip(batch.part_samples, batch.part_names, batch.part_offsets, batch.part_sizes, strict=True):
+        entry = f"{batch.keys[sample - first]}.{part}"
+        if not media.considers(entry):
+            continue
+        member = functools.partial(_member_file, storage, shard, offset, size)
+        try:
+            found = probe(media, entry, member)
+        except ValueError as e:
+            problems.append(f"{storage.url(shard)}, offset {offset}: {e}")
+            continue
+        if found is not None:
+            rows.append((entry, *found))
+    return rows
+
+
+def _member_file(storage: Storage, shard: str, offset: int, size: int) -> BinaryIO:
+    return io.BufferedReader(MemberFile(functools.partial(storage.read_at, shard), offset, size), _MEMBER_BUFFER)
+
+
+#: Read-ahead of a probed member: one read usually holds an image's header.
+_MEMBER_BUFFER = 64 << 10
 
 
 _ROWS = threading.local()
@@ -111,22 +157,24 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-#: What a scan task gets: (storage, tar_file_id, shard name, spill path or None).
-_ScanArgs = tuple[Storage, int, str, "str | None"]
+#: What a scan task gets: (storage, tar_file_id, shard name, spill path or None, media filter or None).
+_ScanArgs = tuple[Storage, int, str, "str | None", "MediaFilter | None"]
 
 
 def _scan_task(args: _ScanArgs) -> ShardScan:
     return scan_shard(*args)
 
 
-def scan_shards(storage: Storage, shards: Sequence[str], workers: int, rows_dir: str | None) -> Iterator[ShardScan]:
+def scan_shards(
+    storage: Storage, shards: Sequence[str], workers: int, rows_dir: str | None, media: MediaFilter | None = None
+) -> Iterator[ShardScan]:
     """Shard scans in shard order: worker processes for local files, threads for remote ones.
 
     At most a few shards run ahead of the one the parent is merging, so neither finished scans
     nor their row files pile up when the parent is the slower side: memory stays flat.
     """
     tasks = [
-        (storage, i, name, os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None)
+        (storage, i, name, os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None, media)
         for i, name in enumerate(shards)
     ]
     if workers <= 1 or len(shards) <= 1:
@@ -349,7 +397,7 @@ def _worker_main(tasks: Sequence[_ScanArgs], task_r: int, task_w: int, conn: Con
                 raise
             except Exception as e:  # a result or an error that does not pickle: say what it was
                 why = f"its {'result' if answer[1] else 'error'} could not be handed over ({type(e).__name__}: {e})"
-                storage, _, name, _ = tasks[index]
+                storage, _, name, _, _ = tasks[index]
                 conn.send((index, False, ShardstoreError(f"scan failed: {why}: {answer[2]!r}", path=storage.url(name))))
         except (EOFError, OSError):
             return

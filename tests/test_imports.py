@@ -42,6 +42,11 @@ STAGES = {
     "samples": 3,
     "decode": 3,
     "sharding": 3,
+    "media": 3,  # media metadata probes and tables: used by scan (4), read by dataset and the stores
+    "loaders": 3,  # a dataset's own sample_loader, run by decode on request
+    "jsonl": 4,  # JSONL datasets, beside dataset
+    "duplicates": 4,  # --fix-duplicates, beside prepare
+    "media_prepare": 4,  # prepare-media, beside prepare
     "scan": 4,
     "prepare": 4,
     "dataset": 4,

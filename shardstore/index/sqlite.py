@@ -55,7 +55,7 @@ def schema_sql() -> str:
 class IndexWriter:
     """Writes a fresh Energon 7 ``index.sqlite`` at ``path`` (which must not be in use)."""
 
-    def __init__(self, path: str, shard_names: Sequence[str]) -> None:
+    def __init__(self, path: str, shard_names: Sequence[str], media_tables: bool = False) -> None:
         self.path = path
         self.shard_names = list(shard_names)
         if os.path.exists(path):
@@ -72,6 +72,10 @@ class IndexWriter:
         # maintaining them is appending; building them after the load means a full sort of every
         # row as a serial step at the end (about 0.5 s more CPU on 768k parts).
         self.db.executescript(schema_sql())
+        if media_tables:  # --media-metadata-by-...: Energon 7.4's two optional tables
+            import nv_meta_schema
+
+            self.db.executescript(nv_meta_schema.optional_tables_sql(INDEX_LAYOUT))
         self.db.execute("BEGIN")
         self._attached = ""  # what database is attached as "shard" for ``merge``: "", "memory" or "file"
 
@@ -125,6 +129,19 @@ class IndexWriter:
             self.db.execute("COMMIT")
             self.db.execute("DETACH DATABASE shard")
             self._attached = ""
+
+    def add_media(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Append ``media_metadata`` rows (entry_key, metadata_type, metadata_json); a later row for
+        the same member replaces the earlier one, as in Energon."""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
+        self.db.executemany("INSERT OR REPLACE INTO media_metadata VALUES (?,?,?)", rows)
+
+    def add_media_filter(self, strategy: str, patterns: str) -> None:
+        """Record the filter the media rows were made with (``media_filters``; kept once per filter)."""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
+        self.db.execute("INSERT OR IGNORE INTO media_filters (strategy, patterns) VALUES (?, ?)", (strategy, patterns))
 
     def _duplicate(self, samples: Sequence[SampleRow]) -> DuplicateKeyError:
         """Name both places of the key that broke the UNIQUE constraint."""

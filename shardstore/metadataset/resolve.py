@@ -112,9 +112,7 @@ class _Traversal:
                     raise (ref.where / key).error(f"{key} cannot be set on a reference to another metadataset")
             mf = load_file(ref.path, self.storage_options, ref.where / "path")
             return self.split(mf, split, merged, subset, ref.where / "path")
-        if kind == nvmeta.DatasetKind.JSONL:
-            raise (ref.where / "path").error(f"JSONL datasets are not supported by shardstore yet: {ref.path}")
-        if kind != nvmeta.DatasetKind.WEBDATASET:
+        if kind not in (nvmeta.DatasetKind.WEBDATASET, nvmeta.DatasetKind.JSONL):
             raise (ref.where / "path").error(f"no prepared dataset at {ref.path} (no .nv-meta/.info.json; run `shardstore prepare`)")
         spec = SourceSpec(
             name=ref.path, path=ref.path, split_part=split, subflavors=merged, subset=subset, weight=None,

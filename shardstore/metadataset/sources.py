@@ -92,7 +92,7 @@ def open_aux(ref: AuxRef, storage_options: dict[str, Any] | None) -> FileStore:
 
 def check_reader_options(options: dict[str, Any]) -> dict[str, Any]:
     """``options`` unchanged if every name is one a dataset and store take; a typo fails here, at open."""
-    allowed = {"storage_options", "decode", "field_map", "allow_pickle"}
+    allowed = {"storage_options", "decode", "field_map", "allow_pickle", "trust_dataset_code"}
     unknown = set(options) - allowed
     if unknown:
         raise ConfigError(f"unknown reader options {sorted(unknown)}; allowed: {sorted(allowed)}")
@@ -102,6 +102,10 @@ def check_reader_options(options: dict[str, Any]) -> dict[str, Any]:
 def _open_dataset(url: str, split: str, split_config: str | None, dataset_config: str | None,
                   where: Where, options: dict[str, Any]) -> Dataset:
     try:
+        if url.endswith(".jsonl"):  # a JSONL file: one sample per line, no splits (as in Energon)
+            from ..jsonl import JsonlDataset
+
+            return JsonlDataset(url, split, **options)  # type: ignore[return-value]
         ds = Dataset(url, split, split_config=split_config, **options)
     except ShardstoreError as e:
         raise (where / "path").error(f"cannot open dataset {url} (split {split!r}): {e}") from e

@@ -7,7 +7,9 @@ What it measures (DESIGN.md section 9, issue 2 point 7), all on the same shards,
   Python can cost;
 - ``shardstore prepare --split-ratio 8,1,1 --force-overwrite --non-interactive``;
 - ``energon prepare`` with the same flags;
-- flatness: shardstore's peak memory on the first 8 shards against all of them.
+- flatness: shardstore's peak memory on the first 8 shards against all of them;
+- with ``--media-metadata-by-extension``: both tools again with that flag (the media tables; real
+  images needed: ``tools/make_dataset.py --real-images``), and whether their rows are identical.
 
 Each tool runs as a subprocess on its own hard-linked copy of the shards (made in a scratch
 folder beside the dataset and removed at the end), so neither sees the other's ``.nv-meta`` or
@@ -273,6 +275,10 @@ def main() -> None:
     ap.add_argument("--scratch", help="folder for the linked copies (default: beside the dataset)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
+    ap.add_argument(
+        "--media-metadata-by-extension", dest="media", action="store_true",
+        help="also time both tools with --media-metadata-by-extension (needs real images: make_dataset.py --real-images)",
+    )
     args = ap.parse_args()
 
     root = os.path.abspath(args.path)
@@ -350,6 +356,9 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
         ratios["energon_over_shardstore_cpu"] = energon.cpu_seconds / shardstore.cpu_seconds
         ratios["energon_over_shardstore_memory"] = energon.tree_peak_mb / shardstore.tree_peak_mb
         results["outputs_agree"] = outputs_agree(ss_dir, en_dir)
+    if args.media:
+        ratios.update(media_figures(args, shardstore_cmd, energon_cmd, ss_dir, en_dir, figures, results, log))
+    results["figures"] = {name: fig.as_dict() for name, fig in figures.items()}
     results["ratios"] = {k: round(v, 2) for k, v in ratios.items()}
 
     if not args.skip_flatness and len(shards) > FLATNESS_SHARDS:
@@ -368,6 +377,41 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
         }
     results["targets"] = check_targets(results)
     return results
+
+
+def media_figures(
+    args: argparse.Namespace, shardstore_cmd: list[str], energon_cmd: list[str], ss_dir: str, en_dir: str,
+    figures: dict[str, Figure], results: dict[str, Any], log: Any,
+) -> dict[str, float]:
+    """Both tools again with ``--media-metadata-by-extension``: the media row of the report (the
+    same 10x target), and whether the two ``media_metadata`` tables hold the same rows."""
+    flag = ["--media-metadata-by-extension"]
+    ours, theirs = Figure("shardstore_media"), Figure("energon_media")
+    for i in range(args.repeat):
+        ours.runs.append(measure(shardstore_cmd + flag, args.poll))
+        log(f"media run {i + 1}/{args.repeat}: shardstore {ours.runs[-1].seconds:.2f} s")
+    figures["shardstore_media"] = ours
+    out = {"shardstore_media_over_shardstore": ours.seconds / figures["shardstore"].seconds}
+    if not args.skip_energon:
+        for i in range(args.energon_repeat):
+            theirs.runs.append(measure(energon_cmd + flag, args.poll))
+            log(f"energon media run {i + 1}/{args.energon_repeat}: {theirs.runs[-1].seconds:.2f} s")
+        figures["energon_media"] = theirs
+        out["energon_media_over_shardstore_media"] = theirs.seconds / ours.seconds
+        out["energon_media_over_shardstore_media_cpu"] = theirs.cpu_seconds / ours.cpu_seconds
+        rows = [media_rows(d) for d in (ss_dir, en_dir)]
+        results["media_rows"] = {"shardstore": len(rows[0]), "energon": len(rows[1]), "identical": rows[0] == rows[1]}
+    else:
+        results["media_rows"] = {"shardstore": len(media_rows(ss_dir))}
+    return out
+
+
+def media_rows(folder: str) -> list[tuple[Any, ...]]:
+    con = sqlite3.connect(f"file:{os.path.join(folder, '.nv-meta', 'index.sqlite')}?mode=ro", uri=True)
+    try:
+        return sorted(con.execute("SELECT entry_key, metadata_type, metadata_json FROM media_metadata"))
+    finally:
+        con.close()
 
 
 def in_process(floor: Figure, shardstore: Figure) -> dict[str, float]:
@@ -396,6 +440,9 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     ratios = results["ratios"]
     if "energon_over_shardstore" in ratios:
         out["10x_faster_than_energon"] = {"value": ratios["energon_over_shardstore"], "met": ratios["energon_over_shardstore"] >= 10}
+    if "energon_media_over_shardstore_media" in ratios:
+        r = ratios["energon_media_over_shardstore_media"]
+        out["media_10x_faster_than_energon"] = {"value": r, "met": r >= 10}
     out["within_2x_of_floor"] = {"value": ratios["shardstore_over_floor"], "met": ratios["shardstore_over_floor"] <= 2}
     if "flatness" in results:
         r = results["flatness"]["tree_peak_ratio"]
@@ -432,6 +479,13 @@ def print_report(results: dict[str, Any]) -> None:
         f"shardstore / floor:   {r['shardstore_over_floor']:.2f}x wall, subprocesses, medians "
         f"({r['shardstore_over_floor_best']:.2f}x best / best; {r['shardstore_over_floor_cpu']:.2f}x CPU)"
     )
+    if "energon_media_over_shardstore_media" in r:
+        print(
+            f"--media-metadata-by-extension: energon / shardstore {r['energon_media_over_shardstore_media']:.1f}x time "
+            f"({r['energon_media_over_shardstore_media_cpu']:.1f}x CPU); media rows {results['media_rows']}"
+        )
+    if "shardstore_media_over_shardstore" in r:
+        print(f"shardstore with / without media metadata: {r['shardstore_media_over_shardstore']:.2f}x")
     if "flatness" in results:
         fl = results["flatness"]
         print(
