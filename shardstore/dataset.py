@@ -561,7 +561,7 @@ class Dataset:
         if media is None:
             from .media import MediaIndex
 
-            media = self.__dict__["_media"] = MediaIndex(self.index.path, self.storage.url(nvmeta.META_DIR))
+            media = self.__dict__["_media"] = MediaIndex(self.index.path, self.storage.url(nvmeta.META_DIR), self.index.connection())
         found = media.get(name)
         if found is None:
             raise SampleNotFoundError(f"no media metadata for {name!r}", path=self.url, member=name)

@@ -210,7 +210,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         crude=crude,
         field_map=field_map,
         sample_loader=_sample_loader(ds.dataset_yaml),
-        media=_media_summary(MediaIndex(index.path, storage.url(nvmeta.META_DIR))),
+        media=_media_summary(MediaIndex(index.path, storage.url(nvmeta.META_DIR), index.connection())),
     )
 
 
@@ -227,8 +227,8 @@ def ls_media(url: str, *, limit: int | None = None, storage_options: dict[str, A
     refuse_metadataset(url)
     storage = open_storage(url, storage_options)
     if nvmeta.dataset_kind(url, storage_options) == nvmeta.DatasetKind.WEBDATASET:
-        index = _open(url, None, storage_options).index
-        media = MediaIndex(index.path, storage.url(nvmeta.META_DIR))
+        ds = _open(url, None, storage_options)  # holds the pinned index generation while connecting
+        media = MediaIndex(ds.index.path, storage.url(nvmeta.META_DIR), ds.index.connection())
     else:
         media = media_index_of(storage)
     media.require()

@@ -320,7 +320,9 @@ class MediaIndex:
     """The media tables of one local ``index.sqlite`` (a prepared dataset's, or a media folder's
     from ``prepare-media``), read-only; safe to share between threads."""
 
-    def __init__(self, path: str, where: str) -> None:
+    def __init__(self, path: str, where: str, db: Any = None) -> None:
+        """``db``: an open connection to the index (a ``Dataset``'s, of the index generation it
+        pinned) instead of opening ``path`` again."""
         import sqlite3
         import threading
         import urllib.parse
@@ -328,7 +330,7 @@ class MediaIndex:
         self.path = path
         self.where = where
         uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
-        self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._db = db if db is not None else sqlite3.connect(uri, uri=True, check_same_thread=False)
         self._lock = threading.Lock()
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         self.available = "media_metadata" in tables

@@ -349,6 +349,14 @@ class IndexReader:
             self._local.conn = conn
         return conn
 
+    def connection(self) -> sqlite3.Connection:
+        """A connection of its own to the same index file, usable from any thread (callers
+        serialise their use): for readers of tables beside the sample index (media metadata)."""
+        try:
+            return sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+        except sqlite3.Error as e:
+            raise StorageError(f"cannot open index: {e}", path=self.path) from e
+
     def disable_mmap(self) -> None:
         """This thread's connection reads through SQLite's bounded page cache instead of mapping
         the whole file: for long-lived worker threads (a FUSE mount's), where a mapping per thread
