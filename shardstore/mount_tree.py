@@ -168,9 +168,10 @@ def _folder_page(
 
 
 class Tree:
-    """One prepared dataset (all its shards) in a layout."""
+    """One prepared dataset in a layout: all its shards, or with ``split`` one split's samples at
+    the root (the ``.by-shard`` and ``.by-split`` views still show every shard and split)."""
 
-    def __init__(self, dataset: Dataset, layout: str = "flat") -> None:
+    def __init__(self, dataset: Dataset, layout: str = "flat", split: str | None = None) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
         self.dataset = dataset
@@ -191,6 +192,11 @@ class Tree:
             for name in dataset.splits.split_parts:
                 ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name) if s in self.shard_ids)
                 self.splits[name] = _View(ids, excluded)
+        if split is not None:
+            if split not in self.splits:
+                known = ", ".join(self.splits) or "none: the dataset has no split.yaml"
+                raise ConfigError(f"no split {split!r} to mount (splits: {known})", path=dataset.url)
+            self.root = self.splits[split]
         self._suffixes: dict[str, tuple[str, ...]] = {}
         self._c_names: threading.local | None = threading.local() if _fast is not None else None
 

@@ -106,7 +106,7 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
     except ValueError:
         values = []
     if len(values) != 3 or any(v < 0 for v in values) or sum(values) <= 0:
-        raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1", member="split_ratio")
+        raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1")
     return list(zip(("train", "val", "test"), values, strict=True))
 
 
@@ -115,7 +115,7 @@ def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
     out = []
     for item in items:
         if ":" not in item:
-            raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX", member="split_parts")
+            raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX, e.g. 'train:parts/train-.*'")
         name, pattern = item.split(":", 1)
         out.append((name, pattern))
     return out
@@ -315,12 +315,16 @@ def prepare(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     choose_dataset_yaml: DatasetYamlChooser | None = None,
+    confirm_field_map: Callable[[list[str]], bool] | None = None,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
     Takes the options of ``energon prepare`` (``split_ratio="8,1,1"`` or ``split_parts=["train:regex"]``;
     ``exclude`` regex; ``shuffle_tars``; ``sample_type`` and ``field_map`` for ``dataset.yaml``).
     ``choose_dataset_yaml`` is asked (with the part names found) when no ``sample_type`` is given.
+    A field map that names no part of the dataset (or leaves a required field out) is a
+    ``ConfigError``, unless ``confirm_field_map`` (given the problems) says to write it anyway.
+    ``seconds`` leaves out the time spent in these two questions.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -333,7 +337,7 @@ def prepare(
         try:
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"invalid JSON in field map: {e}", member="field_map") from e
+            raise ConfigError(f"invalid JSON in the field map: {e}") from e
     already = storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(
         f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"
     )
@@ -344,12 +348,12 @@ def prepare(
     else:
         if already and not force_overwrite:
             raise ConfigError(
-                "dataset is already prepared; pass force_overwrite (--force-overwrite) to prepare it again",
+                "dataset is already prepared; to prepare it again: --force-overwrite (Python: force_overwrite=True)",
                 path=storage.url(nvmeta.META_DIR),
             )
         shards = discover_shards(storage, exclude)
     if not shards:
-        raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
+        raise ConfigError(nvmeta.missing_root(storage) or "no *.tar or *.tgz shards found", path=storage.url())
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
     if not tar_index_only and not patterns and ratio is None:
@@ -402,11 +406,18 @@ def prepare(
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
         staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats))
         staging.write(nvmeta.INDEX_UUID, new_uuid)
+        asked = time.perf_counter()
         if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:
             chosen = choose_dataset_yaml(sorted(part_names))
             if chosen is not None:
                 sample_type, field_map = chosen
         wrote_yaml = sample_type is not None and not skip_dataset_yaml
+        if wrote_yaml:
+            assert sample_type is not None
+            unfit = nvmeta.field_map_problems(sample_type, field_map, part_names)  # type: ignore[arg-type]
+            if unfit and not (confirm_field_map is not None and confirm_field_map(unfit)):
+                raise ConfigError("; ".join(unfit), path=storage.url(f"{nvmeta.META_DIR}/{nvmeta.DATASET_YAML}"))
+        t0 += time.perf_counter() - asked  # the questions' time is the user's, not prepare's
         if wrote_yaml:
             assert sample_type is not None
             staging.write(nvmeta.DATASET_YAML, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]
