@@ -427,8 +427,12 @@ def test_runner_fails_on_a_broken_example(services: Services, tmp_path: Path) ->
     work.mkdir()
     (work / "demo-data").symlink_to(services.demo)
     good = _tiny_page(tmp_path, "```console\n$ shardstore ls ./demo-data --split val -n 2\n"
-                                "s00006_000000\tjpg,txt,json\n...\n```\n")
+                                "s00006_000000\tjpg,txt,json\n...\n```\n"
+                                "<!-- example: file=conf/a.yaml -->\n```yaml\nk: v\n```\n"
+                                "```python\nprint(open('conf/a.yaml').read())\n```\n"
+                                "<!-- example: output -->\n```\nk: v\n```\n")
     run_page(good, work, services)
+    assert (work / "conf" / "a.yaml").read_text() == "k: v\n"
     broken = {
         "wrong output": "# Broken\n\n```console\n$ shardstore ls ./demo-data --split val -n 1\ns00006_000001\tjpg\n```\n",
         "failing command": "```bash\nshardstore info ./no-such-dataset\n```\n",
