@@ -328,7 +328,7 @@ def dataset_yaml_bytes(sample_type: str, field_map: dict[str, str] | None) -> by
     """``dataset.yaml`` for an Energon sample type (with a field map) or ``CrudeWebdataset``."""
     if sample_type not in SAMPLE_TYPES:
         raise ConfigError(
-            f"unknown sample type {sample_type!r}; choose one of {', '.join(SAMPLE_TYPES)}", member="sample_type"
+            f"unknown sample type {sample_type!r}; choose one of {', '.join(SAMPLE_TYPES)}"
         )
     definition: dict[str, Any]
     if sample_type == "CrudeWebdataset":

@@ -357,7 +357,7 @@ def prepare(
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
     if not tar_index_only and not patterns and ratio is None:
-        raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
+        raise ConfigError("no split given: --split-ratio 8,1,1 or --split-parts NAME:REGEX (Python: split_ratio=, split_parts=)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
 

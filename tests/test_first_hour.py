@@ -114,6 +114,11 @@ def test_deep_check_has_a_progress_bar(prepared: Path, capsys: pytest.CaptureFix
 def test_messages_speak_the_command_line(prepared: Path, make_shards) -> None:  # type: ignore[no-untyped-def]
     code, out = cli("prepare", prepared, "--split-ratio", "8,1", "--force-overwrite", "--non-interactive")
     assert code == 1 and "member" not in out and "invalid split ratio '8,1'" in out
+    code, out = cli("prepare", prepared, "--split-ratio", "8,1,1", "--force-overwrite", "--non-interactive",
+                    "--sample-type", "Caption")
+    assert code == 1 and "member" not in out and "unknown sample type 'Caption'; choose one of" in out
+    code, out = cli("prepare", prepared, "--force-overwrite", "--non-interactive")
+    assert code == 1 and "no split given: --split-ratio 8,1,1 or --split-parts NAME:REGEX" in out
     code, out = cli("prepare", prepared, "--split-ratio", "8,1,1", "--non-interactive")
     assert code == 1 and "force_overwrite (" not in out and "to prepare it again: --force-overwrite" in out
     code, out = cli("prepare", prepared, "--split-ratio", "8,1,1", "--force-overwrite", "--non-interactive")
