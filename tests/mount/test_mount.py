@@ -18,7 +18,8 @@ import pytest
 from mount_helpers import MountData, build_dataset, mount_rss, sh
 
 import shardstore
-from shardstore.mount import MountHandle, _is_mounted, _server_pids, umount
+from shardstore.mount import MountHandle, umount
+from shardstore.mount.process import _is_mounted, _server_pids
 
 pytestmark = pytest.mark.mount
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,8 +331,8 @@ def test_remote_read_ahead_grows_on_sequential_reads(mount_data: MountData) -> N
     """The S3 reader's window: few range requests for a sequential read, exact bytes for seeks."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardstore.mount_fs import MAX_WINDOW, MIN_WINDOW, _RemoteFile
-    from shardstore.mount_tree import Node
+    from shardstore.mount.fs import MAX_WINDOW, MIN_WINDOW, _RemoteFile
+    from shardstore.mount.tree import Node
     from shardstore.storage import ByteRange, LocalStorage
 
     class Counting(LocalStorage):

@@ -1,14 +1,14 @@
 """Mount a prepared dataset read-only through FUSE: ``shardstore.mount(...)``, ``shardstore mount``.
 
-What the mount shows is ``mount_tree`` (layouts ``flat`` and ``samples``, ``.by-shard`` and
+What the mount shows is ``tree`` (layouts ``flat`` and ``samples``, ``.by-shard`` and
 ``.by-split`` views, lazy listings from ``index.sqlite``); how requests are answered is
-``mount_fs`` (errno mapping, range reads, S3 read-ahead). This module opens what to mount
+``fs`` (errno mapping, range reads, S3 read-ahead). This module opens what to mount
 (a dataset, or a metadataset YAML: one folder per dataset it names), runs the FUSE loop, and
 manages mount points: ``mount`` starts the loop in a fresh process and returns once the mount
 answers (a forked daemon would lose s3fs's event-loop thread), ``umount`` ends it, also when
 the process died. Start-up time and memory do not depend on the dataset's size.
 
-``shardstore.mount`` is the function; take the rest from this module
+``shardstore.mount`` is the function; take the rest from the package
 (``from shardstore.mount import umount``).
 """
 
@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .dataset import Dataset
-from .errors import ConfigError, MissingExtraError, MountError, ShardstoreError
-from .mount_tree import LAYOUTS, MultiTree, Node, Tree
-from .storage import is_remote_url
+from ..dataset import Dataset
+from ..errors import ConfigError, MissingExtraError, MountError, ShardstoreError
+from ..storage import is_remote_url
+from .tree import LAYOUTS, MultiTree, Node, Tree
 
 __all__ = ["LAYOUTS", "MountHandle", "Node", "Tree", "mount", "open_tree", "serve", "umount"]
 
@@ -42,7 +42,7 @@ log = logging.getLogger("shardstore.mount")
 #: spurious "Ignoring invalid max threads value" message.
 MAX_THREADS = 8
 _OPTIONS_ENV = "SHARDSTORE_MOUNT_STORAGE_OPTIONS"
-_CHILD_MARK = "from shardstore.mount import _child_main"
+_CHILD_MARK = "from shardstore.mount.process import _child_main"
 _CHILD_ERROR = "shardstore mount: error: "
 
 
@@ -67,7 +67,7 @@ def _metadataset_tree(url: str, layout: str, storage_options: dict[str, Any] | N
     """One folder per distinct dataset the YAML names (in any split, joined ones too), each
     mounted whole (its splits under ``.by-split``), named by the dataset folder's base name."""
     try:
-        from . import metadataset
+        from .. import metadataset
     except ImportError:
         raise ConfigError("mounting a metadataset YAML needs shardstore.metadataset, missing here", path=url) from None
     trees: dict[str, Tree] = {}
@@ -125,7 +125,7 @@ def serve(
         import mfusepy
     except (ImportError, OSError) as e:
         raise MissingExtraError(f"mounting needs mfusepy and libfuse3: pip install 'shardstore[mount]' ({e})") from e
-    from .mount_fs import DIRECT_IO_MIN, ShardFS, fuse_class
+    from .fs import DIRECT_IO_MIN, ShardFS, fuse_class
 
     fs = ShardFS(tree, DIRECT_IO_MIN if direct_io_min is None else direct_io_min)
     log.info("serving %s at %s (%s layout)", url, mountpoint, layout)
@@ -344,7 +344,7 @@ def mount(
     ``ConfigError`` for an unknown layout.
 
     ``direct_io_min``: members of local datasets at least this many bytes (default 16 MB,
-    ``mount_fs.DIRECT_IO_MIN``) are opened ``direct_io``: large reads run at close to the speed of
+    ``fs.DIRECT_IO_MIN``) are opened ``direct_io``: large reads run at close to the speed of
     reading the shard directly, but bypass the mount's page cache (each read is a request, small
     reads are slow, ``MAP_SHARED`` ``mmap`` fails with ENODEV). 0 keeps every member in the page
     cache and spares local opens their round trip (the kernel then opens files by itself).

@@ -1,6 +1,6 @@
 """The names a mount shows: paths -> nodes, and lazy folder listings, read from ``index.sqlite``.
 
-No FUSE here (``mount_fs`` serves this tree; ``mount`` runs it). Layouts: ``flat`` shows member
+No FUSE here (``fs`` serves this tree; ``process`` runs it). Layouts: ``flat`` shows member
 ``a/b.jpg`` as file ``a/b.jpg`` (folder ``a``); ``samples`` shows it as ``a/b/jpg`` (one folder
 per key). Every tree also has ``.by-shard/<shard path>/`` (one shard, listed in tar order) and
 ``.by-split/<split>/`` (a split's shards without its excluded samples) in the same layout.
@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import nvmeta
-from .dataset import Dataset
-from .errors import ConfigError, DatasetNotPreparedError, SampleNotFoundError
-from .keys import split_name
+from .. import nvmeta
+from ..dataset import Dataset
+from ..errors import ConfigError, DatasetNotPreparedError, SampleNotFoundError
+from ..keys import split_name
 
 try:  # flat listings read from the index in C (optional: the Python path lists the same)
-    from . import _fusefast as _fast
+    from .. import _fusefast as _fast
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fast = None  # type: ignore[assignment]
 if os.environ.get("SHARDSTORE_MOUNT_PURE_PYTHON"):  # tests run the Python paths too
