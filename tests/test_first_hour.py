@@ -237,3 +237,17 @@ def test_demo_data_stamp_is_json(tmp_path: Path) -> None:
     (tmp_path / demo.STAMP).write_text(json.dumps(options))
     assert demo._shards_present(tmp_path, options)
     assert not demo._shards_present(tmp_path, {**options, "samples": 3})
+
+
+# ----- 10. the mount package ------------------------------------------------------------------------
+def test_mount_is_a_package_and_shardstore_mount_stays_the_function() -> None:
+    assert not list((ROOT / "shardstore").glob("mount_*.py")) and not (ROOT / "shardstore" / "mount.py").exists()
+    code = ("import shardstore.mount.tree, shardstore.mount.fs, shardstore\n"
+            "from shardstore.mount import MountHandle, umount, mount\n"
+            "from shardstore import mount as m\n"
+            "assert m is mount and shardstore.mount is mount and callable(mount), shardstore.mount\n"
+            "import sys; print(sorted(n for n in sys.modules if n.startswith('shardstore.mount')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["['shardstore.mount',", "'shardstore.mount.fs',", "'shardstore.mount.process',",
+                                  "'shardstore.mount.tree']"]
