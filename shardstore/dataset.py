@@ -485,7 +485,10 @@ class Dataset:
     def _no_member(self, name: str) -> str:
         """"no member NAME", and when NAME is a sample's key, the members it has (a bare key is the
         commonest slip: ``cat DS KEY`` for ``cat DS KEY.txt``)."""
-        loc = self.index.locate(name)
+        try:
+            loc = self.index.locate(name)
+        except ValueError:  # a name SQLite cannot take (lone surrogates) is no key either
+            loc = None
         if loc is None or not self.index.has_parts:
             return f"no member {name!r}"
         members = ", ".join(f"{name}.{p[0]}" for p in self.index.parts(loc.tar_file_id, loc.sample_index))
