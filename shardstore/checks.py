@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -337,7 +338,9 @@ def _part_problems(
             problems.add(Problem("member", where, f"member with {size} bytes of data is not in the index", member, offset))
 
 
-def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None) -> CheckReport:
+def check(
+    url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None, progress: bool = False
+) -> CheckReport:
     """Check a prepared dataset and return every problem found (``report.ok`` when none).
 
     Checks the ``.nv-meta`` files against their schema; that every shard exists with the size it
@@ -345,6 +348,7 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
     that each ``.tar.idx`` has ``.info.json``'s count and the offsets of ``index.sqlite``. With
     ``deep``, walks every shard's headers and checks each part's range holds that member.
     Raises ``DatasetNotPreparedError`` only when ``url`` is not a prepared dataset at all.
+    ``progress`` shows a bar of shards on stderr (a deep check costs about a prepare).
     """
     t0 = time.perf_counter()
     refuse_metadataset(url)
@@ -381,9 +385,17 @@ def check(url: str, *, deep: bool = False, storage_options: dict[str, Any] | Non
             except ShardstoreError as e:  # a layout shardstore cannot read (the schema check named it)
                 problems.add(Problem.from_error("index", e, idx_url))
             else:
+                for p in _field_map_problems(storage, index):
+                    problems.add(p)
                 rows = IndexRows(index)
                 try:
-                    for tid, (shard, count) in enumerate(meta_info.shard_counts.items()):
+                    shards = enumerate(meta_info.shard_counts.items())
+                    if progress:
+                        from tqdm import tqdm
+
+                        shards = tqdm(shards, total=len(meta_info.shard_counts), unit="shard",
+                                      desc="Checking shards", file=sys.stderr)
+                    for tid, (shard, count) in shards:
                         report.samples += _check_shard(storage, index, rows, tid, shard, count, stats, deep, problems, report)
                 finally:
                     rows.close()
@@ -441,6 +453,20 @@ def _check_jsonl(url: str, deep: bool, storage_options: dict[str, Any] | None) -
             if fresh != offsets.tolist():
                 report.problems.append(Problem("index", storage.url(idx), "differs from the file's lines: rerun `shardstore prepare`"))
     return report
+def _field_map_problems(storage: Storage, index: IndexReader) -> list[Problem]:
+    """``dataset.yaml``'s field map against the part names of the index (one pass over
+    ``sample_parts``, only when there is a field map): a map naming no part fails every read."""
+    try:
+        doc = nvmeta.read_dataset_yaml(storage)
+    except ShardstoreError:
+        return []  # the schema check reports an unreadable dataset.yaml
+    sample_type = doc.get("sample_type") if doc else None
+    field_map = doc.get("field_map") if doc else None
+    if not isinstance(sample_type, dict) or not isinstance(field_map, dict) or not index.has_parts:
+        return []
+    where = storage.url(f"{nvmeta.META_DIR}/{nvmeta.DATASET_YAML}")
+    unfit = nvmeta.field_map_problems(str(sample_type.get("__class__")), field_map, index.part_counts())
+    return [Problem("schema", where, text) for text in unfit]
 
 
 def _check_shard(

@@ -79,7 +79,21 @@ def echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, default=str))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class _Group(click.Group):
+    """Lists each command with its whole first sentence (click cuts it with "..." to fit a line)."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="shardstore")
 def main() -> None:
     """Index WebDataset tar shards and read them at random, locally or on S3.
@@ -222,16 +236,17 @@ def prepare(
         media_metadata_by_glob=media_metadata_by_glob,
         media_metadata_by_header=media_metadata_by_header,
         media_metadata_by_extension=media_metadata_by_extension,
+        confirm_field_map=_confirm_field_map if interactive else None,
     )
     if as_json:
         click.echo(report.to_json())
     elif not quiet:
         click.echo(
-            f"Prepared {report.path}: {report.shards} shards, {report.samples} samples, {report.parts} parts "
-            f"({report.bytes / 1e6:.1f} MB) in {report.seconds:.2f} s"
+            f"Prepared {report.path}: {_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}, "
+            f"{_plural(report.parts, 'part')} ({report.bytes / 1e6:.1f} MB) in {report.seconds:.2f} s"
         )
         for name, c in report.splits.items():
-            click.echo(f"  {name}: {c['shards']} shards, {c['samples']} samples")
+            click.echo(f"  {name}: {_plural(c['shards'], 'shard')}, {_plural(c['samples'], 'sample')}")
         click.echo(f"  parts: {', '.join(f'{k} ({v})' for k, v in report.part_names.items())}")
         if report.sample_type is None and not skip_dataset_yaml and not tar_index_only and not path.endswith(".jsonl"):
             click.echo("  no dataset.yaml written (use --sample-type to create it)")
@@ -268,6 +283,13 @@ def _print_duplicate_plan(path: str, exclude: str | None, storage_options: dict[
             click.echo(f"  {shard}: {old} -> {new}")
     else:
         click.echo("nothing to rename")
+
+
+def _confirm_field_map(problems: list[str]) -> bool:
+    """Interactive prepare: the field map does not fit the parts found; write it anyway?"""
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
+    return click.confirm("Write dataset.yaml with this field map anyway?", default=False)
 
 
 def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool:
@@ -399,12 +421,14 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     help="Metadataset only (repeatable): PART[field] naming aux files in each primary sample, e.g. "
     "json[image]; STORE:json[image] checks one aux store.",
 )
+@click.option("--progress/--no-progress", default=True, help="With --deep, a progress bar of shards (only on a terminal).")
 @storage_options_option
 @quiet_option
 @json_option
 @handle_errors
 def check_command(
-    path: str, deep: bool, refs: tuple[str, ...], storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+    path: str, deep: bool, refs: tuple[str, ...], progress: bool, storage_options: dict[str, Any] | None, quiet: bool,
+    as_json: bool,
 ) -> None:
     """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
 
@@ -432,7 +456,8 @@ def check_command(
         raise click.UsageError("--ref applies to a metadataset YAML")
     from .checks import check
 
-    report = check(path, deep=deep, storage_options=storage_options)
+    show = progress and deep and not quiet and not as_json and sys.stderr.isatty()
+    report = check(path, deep=deep, storage_options=storage_options, progress=show)
     checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
     if deep:
         checked += f", {_plural(report.parts, 'part')} (deep)"
@@ -615,11 +640,12 @@ class _ByteSize(click.ParamType):
     help="Open local members of at least SIZE bytes direct_io (default 16M; 0 = never): large reads "
     "run near the speed of reading the shard, but shared mmap of those files fails (ENODEV).",
 )
+@click.option("--split", default=None, help="Show only this split's samples at the root (the views keep every shard).")
 @storage_options_option
 @quiet_option
 @handle_errors
 def mount_command(
-    dataset: str, mountpoint: str, layout: str, foreground: bool, direct_io_min: int | None,
+    dataset: str, mountpoint: str, layout: str, foreground: bool, direct_io_min: int | None, split: str | None,
     storage_options: dict[str, Any] | None, quiet: bool,
 ) -> None:
     """Mount DATASET (a prepared folder, s3:// URL or metadataset YAML) read-only at MOUNTPOINT.
@@ -638,7 +664,7 @@ def mount_command(
 
     handle = mount(
         dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options,
-        direct_io_min=direct_io_min,
+        direct_io_min=direct_io_min, split=split,
     )
     if not foreground and not quiet:
         click.echo(

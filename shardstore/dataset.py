@@ -531,8 +531,20 @@ class Dataset:
             shard, rng = self._member_from_headers(name, *kp)
             return self._ids[shard], rng.offset, rng.size
         if hit is None:
-            raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
+            raise SampleNotFoundError(self._no_member(name), path=self.url, member=name)
         return hit
+
+    def _no_member(self, name: str) -> str:
+        """"no member NAME", and when NAME is a sample's key, the members it has (a bare key is the
+        commonest slip: ``cat DS KEY`` for ``cat DS KEY.txt``)."""
+        try:
+            loc = self.index.locate(name)
+        except ValueError:  # a name SQLite cannot take (lone surrogates) is no key either
+            loc = None
+        if loc is None or not self.index.has_parts:
+            return f"no member {name!r}"
+        members = ", ".join(f"{name}.{p[0]}" for p in self.index.parts(loc.tar_file_id, loc.sample_index))
+        return f"no member of that name: it is a sample's key; its members are {members}"
 
     def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
         """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""

@@ -80,12 +80,16 @@ def _pillow() -> Any:
 
 
 def _image(data: bytes) -> np.ndarray:
-    """An image as a numpy array: (H, W) for grey, (H, W, 3) RGB or (H, W, 4) RGBA, as stored."""
+    """An image as a numpy array: (H, W) for grey, (H, W, 3) RGB or (H, W, 4) RGBA, as stored.
+
+    Writable (``np.array``, not ``np.asarray``, whose array over Pillow's bytes is read-only):
+    ``torch.as_tensor`` and in-place transforms take it without a copy or a warning.
+    """
     image = _pillow().open(io.BytesIO(data))
     if image.mode not in ("L", "RGB", "RGBA", "I;16", "I", "F"):
         alpha = image.mode in ("LA", "PA", "RGBa") or "transparency" in image.info
         image = image.convert("RGBA" if alpha else "RGB")
-    return np.asarray(image)
+    return np.array(image)
 
 
 def _msgpack(data: bytes) -> Any:

@@ -13,6 +13,7 @@ import enum
 import errno
 import functools
 import json
+import os
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -236,8 +237,18 @@ def read_info(storage: Storage) -> DatasetInfo:
             counts = {contained_path(str(k), storage.url(), storage.url(path)): int(v) for k, v in raw["shard_counts"].items()}
             return DatasetInfo(str(raw.get("energon_version", "unknown")), counts)
     raise DatasetNotPreparedError(
-        f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first", path=storage.url()
+        missing_root(storage) or f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first",
+        path=storage.url(),
     )
+
+
+def missing_root(storage: Storage) -> str | None:
+    """Why a local dataset folder cannot be a dataset at all ("no such folder", "not a folder"), or
+    None: a path typo should say so, not "run prepare" or "no shards found"."""
+    root = storage.local_path("")
+    if root is None or os.path.isdir(root):
+        return None
+    return "not a folder" if os.path.exists(root) else "no such folder"
 
 
 def info_bytes(info: DatasetInfo) -> bytes:
@@ -291,11 +302,34 @@ def read_dataset_yaml(storage: Storage) -> dict[str, Any] | None:
     return raw
 
 
+def field_map_problems(sample_type: str, field_map: dict[str, Any] | None, part_names: Iterable[str]) -> list[str]:
+    """Why a field map cannot build ``sample_type`` from a dataset with these part names (empty: it can).
+
+    A field whose alternatives (``jpg,png``; a path ``json[a][0]`` names part ``json``) name no part
+    of the dataset, or a required field of the sample type left unmapped, fails at the first
+    ``open(field_map=True)`` or in Energon's loader; prepare and check say so up front.
+    """
+    if field_map is None or sample_type not in SAMPLE_TYPES or sample_type == "CrudeWebdataset":
+        return []
+    parts = set(part_names)
+    found = ", ".join(sorted(parts)) or "none"
+    problems = []
+    for name, value in field_map.items():
+        options = [o.strip().split("[", 1)[0] for o in str(value).split(",")]
+        if not any(o in parts for o in options):
+            what = " nor ".join(repr(o) for o in options)
+            problems.append(f"field map: {name!r} <- {value!r}, but the dataset has no part {what} (parts: {found})")
+    for name, required in SAMPLE_TYPES[sample_type]:
+        if required and name not in field_map:
+            problems.append(f"field map: {sample_type} needs {name!r}, which the field map does not map (parts: {found})")
+    return problems
+
+
 def dataset_yaml_bytes(sample_type: str, field_map: dict[str, str] | None) -> bytes:
     """``dataset.yaml`` for an Energon sample type (with a field map) or ``CrudeWebdataset``."""
     if sample_type not in SAMPLE_TYPES:
         raise ConfigError(
-            f"unknown sample type {sample_type!r}; choose one of {', '.join(SAMPLE_TYPES)}", member="sample_type"
+            f"unknown sample type {sample_type!r}; choose one of {', '.join(SAMPLE_TYPES)}"
         )
     definition: dict[str, Any]
     if sample_type == "CrudeWebdataset":

@@ -112,7 +112,7 @@ def parse_split_ratio(text: str) -> list[tuple[str, float]]:
     except ValueError:
         values = []
     if len(values) != 3 or any(v < 0 for v in values) or sum(values) <= 0:
-        raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1", member="split_ratio")
+        raise ConfigError(f"invalid split ratio {text!r}: give three numbers like 8,1,1 or 0.8,0.1,0.1")
     return list(zip(("train", "val", "test"), values, strict=True))
 
 
@@ -121,7 +121,7 @@ def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
     out = []
     for item in items:
         if ":" not in item:
-            raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX", member="split_parts")
+            raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX, e.g. 'train:parts/train-.*'")
         name, pattern = item.split(":", 1)
         out.append((name, pattern))
     return out
@@ -349,6 +349,7 @@ def prepare(
     media_metadata_by_glob: str | None = None,
     media_metadata_by_header: bool = False,
     media_metadata_by_extension: bool = False,
+    confirm_field_map: Callable[[list[str]], bool] | None = None,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -365,6 +366,9 @@ def prepare(
     ``media_metadata_by_glob="*.jpg,*.png"`` / ``media_metadata_by_header`` /
     ``media_metadata_by_extension`` (one of them) also fill Energon 7.4's ``media_metadata`` and
     ``media_filters`` tables (``shardstore.media``); ``report.media`` counts the rows per type.
+    A field map that names no part of the dataset (or leaves a required field out) is a
+    ``ConfigError``, unless ``confirm_field_map`` (given the problems) says to write it anyway.
+    ``seconds`` leaves out the time spent in these two questions.
 
     Returns a ``PrepareReport``. Raises ``ShardstoreError`` subclasses: ``TarFormatError`` for a
     corrupt shard, ``DuplicateKeyError``, ``EmptyShardError``, ``ConfigError`` for bad options,
@@ -384,7 +388,7 @@ def prepare(
         try:
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"invalid JSON in field map: {e}", member="field_map") from e
+            raise ConfigError(f"invalid JSON in the field map: {e}") from e
     root = storage.local_path("")
     lock = metaswap.PrepareLock(root) if root is not None and os.path.isdir(root) else None
     try:
@@ -392,6 +396,7 @@ def prepare(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
             skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
             dataset_yaml_name=dataset_yaml_name, tmp_path=tmp_path, fix_duplicates=fix_duplicates, media=media,
+            confirm_field_map=confirm_field_map,
         )
     finally:
         if lock is not None:
@@ -418,6 +423,7 @@ def _prepare_locked(
     tmp_path: str | None,
     fix_duplicates: bool,
     media: MediaFilter | None,
+    confirm_field_map: Callable[[list[str]], bool] | None,
 ) -> PrepareReport:
     """``prepare`` once it holds the dataset's lock (local): first undo what an interrupted prepare
     left (metaswap.recover), then index and commit."""
@@ -434,7 +440,7 @@ def _prepare_locked(
     else:
         if already and not force_overwrite:
             raise ConfigError(
-                "dataset is already prepared; pass force_overwrite (--force-overwrite) to prepare it again",
+                "dataset is already prepared; to prepare it again: --force-overwrite (Python: force_overwrite=True)",
                 path=storage.url(nvmeta.META_DIR),
             )
         with warnings.catch_warnings(record=True) as caught:
@@ -442,11 +448,11 @@ def _prepare_locked(
             shards = discover_shards(storage, exclude)
         recovered += [str(w.message) for w in caught if issubclass(w.category, LinkLoopWarning)]
     if not shards:
-        raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
+        raise ConfigError(nvmeta.missing_root(storage) or "no *.tar or *.tgz shards found", path=storage.url())
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
     if not tar_index_only and not patterns and ratio is None:
-        raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
+        raise ConfigError("no split given: --split-ratio 8,1,1 or --split-parts NAME:REGEX (Python: split_ratio=, split_parts=)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
     _check_dataset_yaml_name(dataset_yaml_name)
@@ -509,11 +515,18 @@ def _prepare_locked(
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
         staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats))
         staging.write(nvmeta.INDEX_UUID, new_uuid)
+        asked = time.perf_counter()
         if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:
             chosen = choose_dataset_yaml(sorted(part_names))
             if chosen is not None:
                 sample_type, field_map = chosen
         wrote_yaml = sample_type is not None and not skip_dataset_yaml
+        if wrote_yaml:
+            assert sample_type is not None
+            unfit = nvmeta.field_map_problems(sample_type, field_map, part_names)  # type: ignore[arg-type]
+            if unfit and not (confirm_field_map is not None and confirm_field_map(unfit)):
+                raise ConfigError("; ".join(unfit), path=storage.url(f"{nvmeta.META_DIR}/{dataset_yaml_name}"))
+        t0 += time.perf_counter() - asked  # the questions' time is the user's, not prepare's
         if wrote_yaml:
             assert sample_type is not None
             staging.write(dataset_yaml_name, nvmeta.dataset_yaml_bytes(sample_type, field_map))  # type: ignore[arg-type]

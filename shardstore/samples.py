@@ -51,8 +51,10 @@ class Sample(dict[str, Any]):
         return str(self["__shard__"])
 
     @property
-    def index(self) -> int:
-        return int(self["__index__"])
+    def index(self) -> int | None:
+        """The position in the split; None for a sample fetched by key from outside the split."""
+        value = self["__index__"]
+        return None if value is None else int(value)
 
     @property
     def parts(self) -> list[str]:

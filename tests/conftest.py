@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+from leftovers import pytest_sessionfinish  # noqa: E402, F401  (a run that leaves a process behind fails)
 from make_dataset import make_dataset  # noqa: E402
 
 

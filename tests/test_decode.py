@@ -82,6 +82,7 @@ def test_images_decode_to_numpy(part: str, fmt: str, mode: str) -> None:
     got = decode_part(part, data)
     assert isinstance(got, np.ndarray) and got.dtype == np.uint8
     assert got.shape == want.shape and np.array_equal(got, want)
+    assert got.flags.writeable  # torch.as_tensor would warn about a read-only array
 
 
 def test_palette_images_become_rgb() -> None:

@@ -55,8 +55,6 @@ STAGES = {
     "inspection": 6,
     "checks": 6,
     "mount": 6,
-    "mount_tree": 6,
-    "mount_fs": 6,
     "torch": 6,
     "convert": 6,
     "cli": 6,

@@ -295,15 +295,31 @@ def _blocking_shard_dataset(prepared_ds: tuple[Path, dict[str, bytes]]) -> Path:
     return path
 
 
+def _default_signals() -> None:
+    """In the child before it runs: the default SIGINT and SIGTERM dispositions. A suite started
+    in the background from a non-interactive shell (`make test &`, nohup, some CI runners) runs
+    with SIGINT ignored, children inherit that, and Python then installs no Ctrl-C handler: the
+    test's SIGINT would be ignored and the prepare left running."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _start(path: Path, workers: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [str(BIN), "prepare", str(path), "--non-interactive", "--no-progress", "--split-ratio", "1,1,1",
-         "--force-overwrite", "--num-workers", workers],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    """The prepare to interrupt, started the way a background run starts it (SIGINT ignored in
+    this process), so the test holds in the foreground and in `make test &` alike."""
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.Popen(
+            [str(BIN), "prepare", str(path), "--non-interactive", "--no-progress", "--split-ratio", "1,1,1",
+             "--force-overwrite", "--num-workers", workers],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            preexec_fn=_default_signals,
+        )
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _wait_for_staged_scans(path: Path, proc: subprocess.Popen[str], n: int) -> None:

@@ -1,7 +1,9 @@
 """`make demo`: make a small dataset, prepare it with shardstore, read samples at random, say what happened.
 
-Writes ./demo-data (8 shards x 500 samples, about 55 MB; gitignored), reusing the shards of an
-earlier run, and prepares it again each time. Everything it does goes through the public API
+Writes ./demo-data (8 shards x 500 samples, about 16 MB; gitignored), each sample a small real
+JPEG picture (96x64, so ``decode=True`` works and decoded images batch together), a caption and a
+json record; it reuses the shards of an earlier run made with the same options, and prepares the
+dataset again each time. Everything it does goes through the public API
 (``shardstore.prepare``, ``shardstore.open``), the same calls a training script makes.
 
 Example: .venv/bin/python tools/demo.py [--shards 8] [--samples 500] [--out demo-data]
@@ -10,6 +12,7 @@ Example: .venv/bin/python tools/demo.py [--shards 8] [--samples 500] [--out demo
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import sys
@@ -39,9 +42,23 @@ def _rate(n: int, seconds: float) -> str:
     return f"{n:>5} in {seconds * 1000:7.1f} ms  ({each:6.1f} us each, {n / seconds:>9,.0f}/s)"
 
 
-def _shards_present(out: Path, shards: int) -> bool:
+IMAGE_SIZE = (96, 64)
+STAMP = ".demo-options.json"  # hidden: not a shard, and prepare skips hidden names
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"shards": args.shards, "samples": args.samples, "seed": args.seed, "image_size": list(IMAGE_SIZE)}
+
+
+def _shards_present(out: Path, options: dict[str, Any]) -> bool:
+    """Whether ``out`` holds the shards of an earlier run with the same options (not older demo data)."""
     found = sorted(out.glob("parts/data-*.tar"))
-    return len(found) == shards and all(p.name == f"data-{i:06d}.tar" for i, p in enumerate(found))
+    try:
+        same = json.loads((out / STAMP).read_text()) == options
+    except (OSError, ValueError):
+        return False
+    return same and len(found) == options["shards"] and all(
+        p.name == f"data-{i:06d}.tar" for i, p in enumerate(found))
 
 
 def _preview(value: bytes, part: str) -> str:
@@ -63,12 +80,15 @@ def main() -> int:
     rng = random.Random(args.seed)
     print("shardstore demo")
 
-    # 1. Data: WebDataset shards of jpg (random bytes), txt caption and json record per sample.
-    if _shards_present(out, args.shards):
+    # 1. Data: WebDataset shards of jpg (a small picture), txt caption and json record per sample.
+    options = _options(args)
+    if _shards_present(out, options):
         print(f"  1. shards        reusing {args.shards} shards in {out}")
     else:
         shutil.rmtree(out, ignore_errors=True)
-        _, secs = _timed(lambda: make_dataset(str(out), shards=args.shards, samples=args.samples, seed=args.seed))
+        _, secs = _timed(lambda: make_dataset(str(out), shards=args.shards, samples=args.samples, seed=args.seed,
+                                              image_size=IMAGE_SIZE))
+        (out / STAMP).write_text(json.dumps(options))
         size = sum(p.stat().st_size for p in out.glob("parts/*.tar"))
         print(f"  1. shards        wrote {args.shards} x {args.samples} samples ({size / 1e6:.1f} MB) to {out} in {secs:.1f} s")
 

@@ -49,6 +49,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -727,7 +728,8 @@ def _cmd_start(args: argparse.Namespace) -> int:
         for k, v in server.env().items():
             print(f"export {k}={v}")
         where = f"serving {server.root} (buckets are its folders)" if server.kind == "rclone" else "objects in memory"
-        print(f"# {server.kind} {where}, pid {server.pid}; stop: python tools/s3server.py stop", file=sys.stderr)
+        state_arg = "" if state == DEFAULT_STATE else f" --state {shlex.quote(str(args.state))}"
+        print(f"# {server.kind} {where}, pid {server.pid}; stop: python tools/s3server.py{state_arg} stop", file=sys.stderr)
     return 0
 
 

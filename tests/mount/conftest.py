@@ -54,7 +54,8 @@ def mounted(fuse: None, tmp_path: Path) -> Iterator[Callable[..., MountHandle]]:
 def _no_mount_left_behind(tmp_path: Path) -> Iterator[None]:
     """Whatever a test does (or fails to do), nothing stays mounted under its folder."""
     yield
-    from shardstore.mount import _log_path, _mounted_fuse, umount
+    from shardstore.mount import umount
+    from shardstore.mount.process import _log_path, _mounted_fuse
 
     for mp in sorted(_mounted_fuse()):
         if mp.startswith(str(tmp_path) + os.sep):

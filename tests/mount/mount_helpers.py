@@ -32,7 +32,7 @@ def fuse_problem() -> str | None:
         return f"/dev/fuse cannot be opened: {e}"
     if shutil.which("fusermount3") is None:
         return "fusermount3 is missing: apt-get install fuse3 (`make system-deps`)"
-    from shardstore.mount import _fuse_library
+    from shardstore.mount.process import _fuse_library
 
     try:
         _fuse_library()

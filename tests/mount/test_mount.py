@@ -18,7 +18,8 @@ import pytest
 from mount_helpers import MountData, build_dataset, mount_rss, sh
 
 import shardstore
-from shardstore.mount import MountHandle, _is_mounted, _server_pids, umount
+from shardstore.mount import MountHandle, umount
+from shardstore.mount.process import _is_mounted, _server_pids
 
 pytestmark = pytest.mark.mount
 ROOT = Path(__file__).resolve().parents[2]
@@ -330,8 +331,8 @@ def test_remote_read_ahead_grows_on_sequential_reads(mount_data: MountData) -> N
     """The S3 reader's window: few range requests for a sequential read, exact bytes for seeks."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardstore.mount_fs import MAX_WINDOW, MIN_WINDOW, _RemoteFile
-    from shardstore.mount_tree import Node
+    from shardstore.mount.fs import MAX_WINDOW, MIN_WINDOW, _RemoteFile
+    from shardstore.mount.tree import Node
     from shardstore.storage import ByteRange, LocalStorage
 
     class Counting(LocalStorage):
@@ -466,3 +467,19 @@ def test_pure_python_paths_list_and_read_the_same(
         assert (mp / mount_data.path_of(m, "flat")).read_bytes() == m.data
     found = sh(f"find {mp} -path '{mp}/.by-*' -prune -o -type f -print | wc -l")
     assert int(found) == len(mount_data.members)
+
+
+def test_a_dataset_opened_on_a_split_mounts_that_split(prepared: Path, mounted: Callable[..., MountHandle]) -> None:
+    """``mount(open(..., split=S))`` shows S's samples at the root (issue 10); the views keep every shard."""
+    ds = shardstore.open(str(prepared), split="test")
+    handle = mounted(ds)
+    root = os.listdir(handle.mountpoint)
+    keys = {name.split(".", 1)[0] for name in root if not name.startswith(".")}
+    assert keys == set(ds.keys()) and len(keys) == 25
+    assert len(root) == 25 * 3 + 2  # jpg, txt, json each, and .by-shard/.by-split
+    shards = os.listdir(os.path.join(handle.mountpoint, ".by-shard", "parts"))
+    assert len(shards) == 4
+    whole = mounted(str(prepared), split=None)
+    assert len(os.listdir(whole.mountpoint)) == 100 * 3 + 2
+    with pytest.raises(shardstore.ShardstoreError, match="no split 'nope' to mount"):
+        mounted(str(prepared), split="nope")

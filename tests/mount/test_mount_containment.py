@@ -12,7 +12,8 @@ import pytest
 from escape_helpers import craft, escapes, make_ds, make_victim
 
 from shardstore.errors import MountError
-from shardstore.mount import MountHandle, _is_mounted
+from shardstore.mount import MountHandle
+from shardstore.mount.process import _is_mounted
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:

@@ -14,9 +14,9 @@ import pytest
 from ci import in_ci
 
 import shardstore
-from shardstore import mount_tree
 from shardstore.dataset import Dataset
-from shardstore.mount_tree import Tree
+from shardstore.mount import tree as mount_tree
+from shardstore.mount.tree import Tree
 
 # key order interleaves the shards; "k001/..." and "m/..." are subfolders among plain keys
 SHARDS = {

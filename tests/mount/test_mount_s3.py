@@ -19,7 +19,8 @@ import pytest
 from mount_helpers import MountData, sh
 
 import shardstore
-from shardstore.mount import MountHandle, _is_mounted
+from shardstore.mount import MountHandle
+from shardstore.mount.process import _is_mounted
 
 pytestmark = [pytest.mark.mount, pytest.mark.s3]
 

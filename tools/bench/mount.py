@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import shardstore  # noqa: E402
-from shardstore.mount import _fuse_library, _is_mounted  # noqa: E402
+from shardstore.mount.process import _fuse_library, _is_mounted  # noqa: E402
 
 DEFAULT_256K = "/work/bench-data/read"
 ENERGON = ROOT / ".venv" / "bin" / "energon"
@@ -301,7 +301,7 @@ def real_folder(work: Path, data: Path) -> tuple[Path, int]:
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         from shardstore.dataset import Dataset
-        from shardstore.mount_tree import Tree
+        from shardstore.mount.tree import Tree
 
         tree = Tree(Dataset(str(data), None))
         for name, _ in tree.listdir("/"):

@@ -1,4 +1,4 @@
-"""The FUSE side of a mount: mfusepy operations over a ``mount_tree`` tree (paths in, errno out).
+"""The FUSE side of a mount: mfusepy operations over a ``tree.Tree`` (paths in, errno out).
 
 errno lives here only: ``SampleNotFoundError`` becomes ENOENT, any other error EIO and a log line.
 Every call that would change something answers EROFS (the kernel already refuses most of them:
@@ -39,14 +39,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from . import nvmeta
-from .dataset import ShardRef
-from .errors import SampleNotFoundError, ShardstoreError
-from .mount_tree import DIR, MultiTree, Node, Page, Tree, blob_names, not_found
-from .storage import ByteRange, LocalStorage, Storage
+from .. import nvmeta
+from ..dataset import ShardRef
+from ..errors import SampleNotFoundError, ShardstoreError
+from ..storage import ByteRange, LocalStorage, Storage
+from .tree import DIR, MultiTree, Node, Page, Tree, blob_names, not_found
 
 try:  # the compiled listing and open/read paths (optional: everything also runs in Python)
-    from . import _fusefast as _fast
+    from .. import _fusefast as _fast
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fast = None  # type: ignore[assignment]
 if os.environ.get("SHARDSTORE_MOUNT_PURE_PYTHON"):  # tests run the Python paths too
@@ -140,7 +140,7 @@ class _Listing:
 
     Entry ``i`` (``.`` and ``..`` first) carries offset ``i + 1``; the kernel asks again with the
     offset of the last entry it kept, so paging through never restarts the query; only a
-    ``seekdir`` elsewhere does. Entries come in pages (``mount_tree.Page``: a list of names, or
+    ``seekdir`` elsewhere does. Entries come in pages (``tree.Page``: a list of names, or
     one ``bytes`` of NUL-ended names read in C) and are offered a page at a time, from the first
     entry not yet taken; those the filler refused (buffer full) are offered again.
     """

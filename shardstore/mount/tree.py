@@ -1,6 +1,6 @@
 """The names a mount shows: paths -> nodes, and lazy folder listings, read from ``index.sqlite``.
 
-No FUSE here (``mount_fs`` serves this tree; ``mount`` runs it). Layouts: ``flat`` shows member
+No FUSE here (``fs`` serves this tree; ``process`` runs it). Layouts: ``flat`` shows member
 ``a/b.jpg`` as file ``a/b.jpg`` (folder ``a``); ``samples`` shows it as ``a/b/jpg`` (one folder
 per key). Every tree also has ``.by-shard/<shard path>/`` (one shard, listed in tar order) and
 ``.by-split/<split>/`` (a split's shards without its excluded samples) in the same layout.
@@ -33,13 +33,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import nvmeta
-from .dataset import Dataset
-from .errors import ConfigError, DatasetNotPreparedError, SampleNotFoundError
-from .keys import split_name
+from .. import nvmeta
+from ..dataset import Dataset
+from ..errors import ConfigError, DatasetNotPreparedError, SampleNotFoundError
+from ..keys import split_name
 
 try:  # flat listings read from the index in C (optional: the Python path lists the same)
-    from . import _fusefast as _fast
+    from .. import _fusefast as _fast
 except ImportError:  # pragma: no cover - a build without a C compiler
     _fast = None  # type: ignore[assignment]
 if os.environ.get("SHARDSTORE_MOUNT_PURE_PYTHON"):  # tests run the Python paths too
@@ -168,9 +168,10 @@ def _folder_page(
 
 
 class Tree:
-    """One prepared dataset (all its shards) in a layout."""
+    """One prepared dataset in a layout: all its shards, or with ``split`` one split's samples at
+    the root (the ``.by-shard`` and ``.by-split`` views still show every shard and split)."""
 
-    def __init__(self, dataset: Dataset, layout: str = "flat") -> None:
+    def __init__(self, dataset: Dataset, layout: str = "flat", split: str | None = None) -> None:
         if layout not in LAYOUTS:
             raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
         self.dataset = dataset
@@ -191,6 +192,11 @@ class Tree:
             for name in dataset.splits.split_parts:
                 ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name) if s in self.shard_ids)
                 self.splits[name] = _View(ids, excluded)
+        if split is not None:
+            if split not in self.splits:
+                known = ", ".join(self.splits) or "none: the dataset has no split.yaml"
+                raise ConfigError(f"no split {split!r} to mount (splits: {known})", path=dataset.url)
+            self.root = self.splits[split]
         self._suffixes: dict[str, tuple[str, ...]] = {}
         self._c_names: threading.local | None = threading.local() if _fast is not None else None
 

@@ -1,14 +1,14 @@
 """Mount a prepared dataset read-only through FUSE: ``shardstore.mount(...)``, ``shardstore mount``.
 
-What the mount shows is ``mount_tree`` (layouts ``flat`` and ``samples``, ``.by-shard`` and
+What the mount shows is ``tree`` (layouts ``flat`` and ``samples``, ``.by-shard`` and
 ``.by-split`` views, lazy listings from ``index.sqlite``); how requests are answered is
-``mount_fs`` (errno mapping, range reads, S3 read-ahead). This module opens what to mount
+``fs`` (errno mapping, range reads, S3 read-ahead). This module opens what to mount
 (a dataset, or a metadataset YAML: one folder per dataset it names), runs the FUSE loop, and
 manages mount points: ``mount`` starts the loop in a fresh process and returns once the mount
 answers (a forked daemon would lose s3fs's event-loop thread), ``umount`` ends it, also when
 the process died. Start-up time and memory do not depend on the dataset's size.
 
-``shardstore.mount`` is the function; take the rest from this module
+``shardstore.mount`` is the function; take the rest from the package
 (``from shardstore.mount import umount``).
 """
 
@@ -28,10 +28,10 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
-from .dataset import Dataset
-from .errors import ConfigError, MissingExtraError, MountError, ShardstoreError
-from .mount_tree import LAYOUTS, MultiTree, Node, Tree
-from .storage import is_remote_url
+from ..dataset import Dataset
+from ..errors import ConfigError, MissingExtraError, MountError, ShardstoreError
+from ..storage import is_remote_url
+from .tree import LAYOUTS, MultiTree, Node, Tree
 
 __all__ = ["LAYOUTS", "MountHandle", "Node", "Tree", "mount", "open_tree", "serve", "umount"]
 
@@ -42,7 +42,8 @@ log = logging.getLogger("shardstore.mount")
 #: spurious "Ignoring invalid max threads value" message.
 MAX_THREADS = 8
 _OPTIONS_ENV = "SHARDSTORE_MOUNT_STORAGE_OPTIONS"
-_CHILD_MARK = "from shardstore.mount import _child_main"
+_CHILD_MARK = "from shardstore.mount.process import _child_main"
+_CHILD_ERROR = "shardstore mount: error: "
 
 
 # ----- opening what to mount -----------------------------------------------------------------------
@@ -50,12 +51,17 @@ def _is_metadataset(url: str) -> bool:
     return url.endswith((".yaml", ".yml"))
 
 
-def open_tree(url: str, layout: str = "flat", storage_options: dict[str, Any] | None = None) -> Tree | MultiTree:
-    """The ``Tree`` of a prepared dataset (all shards), or one folder per source of a metadataset."""
+def open_tree(
+    url: str, layout: str = "flat", storage_options: dict[str, Any] | None = None, split: str | None = None
+) -> Tree | MultiTree:
+    """The ``Tree`` of a prepared dataset (all shards, or one split's samples at the root), or one
+    folder per source of a metadataset."""
     if _is_metadataset(url):
+        if split is not None:
+            raise ConfigError("a metadataset mounts whole: drop the split (each dataset's are under .by-split)", path=url)
         return _metadataset_tree(url, layout, storage_options)
     _refuse_jsonl(url)
-    return Tree(Dataset(url, None, storage_options=storage_options), layout)
+    return Tree(Dataset(url, None, storage_options=storage_options), layout, split)
 
 
 def _refuse_jsonl(path: str) -> None:
@@ -67,7 +73,7 @@ def _metadataset_tree(url: str, layout: str, storage_options: dict[str, Any] | N
     """One folder per distinct dataset the YAML names (in any split, joined ones too), each
     mounted whole (its splits under ``.by-split``), named by the dataset folder's base name."""
     try:
-        from . import metadataset
+        from .. import metadataset
     except ImportError:
         raise ConfigError("mounting a metadataset YAML needs shardstore.metadataset, missing here", path=url) from None
     trees: dict[str, Tree] = {}
@@ -113,20 +119,20 @@ def _fuse_library() -> str:
 
 def serve(
     url: str, mountpoint: str, layout: str = "flat", storage_options: dict[str, Any] | None = None,
-    direct_io_min: int | None = None,
+    direct_io_min: int | None = None, split: str | None = None,
 ) -> None:
     """Mount ``url`` at ``mountpoint`` and serve requests in this process until it is unmounted.
 
     Opens the dataset (and its index) first, so every error is raised before anything is mounted.
     ``direct_io_min``: see ``mount``.
     """
-    tree = open_tree(url, layout, storage_options)
+    tree = open_tree(url, layout, storage_options, split)
     _fuse_library()
     try:
         import mfusepy
     except (ImportError, OSError) as e:
         raise MissingExtraError(f"mounting needs mfusepy and libfuse3: pip install 'shardstore[mount]' ({e})") from e
-    from .mount_fs import DIRECT_IO_MIN, ShardFS, fuse_class
+    from .fs import DIRECT_IO_MIN, ShardFS, fuse_class
 
     fs = ShardFS(tree, DIRECT_IO_MIN if direct_io_min is None else direct_io_min)
     log.info("serving %s at %s (%s layout)", url, mountpoint, layout)
@@ -144,14 +150,14 @@ def serve(
 
 def _child_main() -> None:
     """Entry point of the mount process: ``argv`` = url, mount point, layout, direct_io_min ("" for
-    the default)."""
+    the default), split ("" for every shard)."""
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s shardstore mount: %(levelname)s %(message)s")
-    url, mountpoint, layout, direct = sys.argv[1:5]
+    url, mountpoint, layout, direct, split = sys.argv[1:6]
     options = json.loads(os.environ.pop(_OPTIONS_ENV, "null"))
     try:
-        serve(url, mountpoint, layout, options, int(direct) if direct else None)
+        serve(url, mountpoint, layout, options, int(direct) if direct else None, split or None)
     except ShardstoreError as e:
-        print(f"shardstore mount: error: {e}", file=sys.stderr, flush=True)
+        print(f"{_CHILD_ERROR}{e}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 
@@ -331,8 +337,12 @@ def mount(
     *,
     timeout: float = 120.0,
     direct_io_min: int | None = None,
+    split: str | None = None,
 ) -> MountHandle:
     """Mount a prepared dataset (path or URL, a ``Dataset``, or a metadataset YAML) read-only.
+
+    The root shows every shard's samples, or one split's (``split``, or the split of a
+    ``Dataset`` opened with one); ``.by-shard`` and ``.by-split`` always show them all.
 
     Returns once the mount answers requests, with a handle to ``unmount()`` it; the FUSE loop runs
     in a new process (its log: ``handle.log_path``). ``foreground=True`` serves in this process
@@ -341,7 +351,7 @@ def mount(
     ``ConfigError`` for an unknown layout.
 
     ``direct_io_min``: members of local datasets at least this many bytes (default 16 MB,
-    ``mount_fs.DIRECT_IO_MIN``) are opened ``direct_io``: large reads run at close to the speed of
+    ``fs.DIRECT_IO_MIN``) are opened ``direct_io``: large reads run at close to the speed of
     reading the shard directly, but bypass the mount's page cache (each read is a request, small
     reads are slow, ``MAP_SHARED`` ``mmap`` fails with ENODEV). 0 keeps every member in the page
     cache and spares local opens their round trip (the kernel then opens files by itself).
@@ -351,6 +361,7 @@ def mount(
     if isinstance(dataset, Dataset):
         url = dataset.url
         storage_options = storage_options if storage_options is not None else dataset.storage_options
+        split = split if split is not None else dataset.split
     else:
         url = os.fspath(dataset)
     if not is_remote_url(url) and not url.startswith("file://"):
@@ -360,13 +371,15 @@ def mount(
         raise MountError("already a mount point: unmount it first (`shardstore umount`)", path=mp)
     os.makedirs(mp, exist_ok=True)
     if foreground:
-        serve(url, mp, layout, storage_options, direct_io_min)
+        serve(url, mp, layout, storage_options, direct_io_min, split)
         return MountHandle(mp, None, None)
-    return _spawn(url, mp, layout, storage_options, timeout, direct_io_min)
+    open_tree(url, layout, storage_options, split)  # a dataset that cannot mount fails here, in the caller's words
+    return _spawn(url, mp, layout, storage_options, timeout, direct_io_min, split)
 
 
 def _spawn(
-    url: str, mp: str, layout: str, storage_options: dict[str, Any] | None, timeout: float, direct_io_min: int | None
+    url: str, mp: str, layout: str, storage_options: dict[str, Any] | None, timeout: float, direct_io_min: int | None,
+    split: str | None,
 ) -> MountHandle:
     env = dict(os.environ)
     env["FUSE_LIBRARY_PATH"] = _fuse_library()
@@ -377,14 +390,14 @@ def _spawn(
     with open(log_path, "wb") as logf:
         proc = subprocess.Popen(
             [sys.executable, "-c", f"{_CHILD_MARK}; _child_main()", url, mp, layout,
-             "" if direct_io_min is None else str(int(direct_io_min))],
+             "" if direct_io_min is None else str(int(direct_io_min)), split or ""],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env, start_new_session=True, close_fds=True,
         )
     deadline = time.monotonic() + timeout
     delay = 0.002
     while not _is_mounted(mp):
         if proc.poll() is not None:
-            raise MountError(f"the mount process exited ({proc.returncode}): {_tail(log_path)}", path=mp)
+            raise MountError(f"the mount process exited ({proc.returncode}): {_child_error(log_path)}", path=mp)
         if time.monotonic() > deadline:
             _stop([proc.pid], 2.0)
             raise MountError(f"not mounted after {timeout:.0f} s: {_tail(log_path)}", path=mp)
@@ -398,6 +411,13 @@ def _log_path(mp: str) -> str:
     folder = os.path.join(tempfile.gettempdir(), f"shardstore-mount-{os.getuid()}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
     return os.path.join(folder, re.sub(r"[^A-Za-z0-9._-]+", "_", mp.strip("/"))[-150:] + ".log")
+
+
+def _child_error(path: str) -> str:
+    """What the mount process said when it failed: its own one-line error (without the prefix
+    that would nest ``shardstore mount: error:`` inside the caller's error), else its last lines."""
+    tail = _tail(path)
+    return tail.rsplit(_CHILD_ERROR, 1)[1] if _CHILD_ERROR in tail else tail
 
 
 def _tail(path: str, lines: int = 5) -> str:
