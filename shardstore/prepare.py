@@ -389,6 +389,9 @@ def prepare(
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON in the field map: {e}") from e
+    missing = nvmeta.missing_root(storage)
+    if missing is not None:
+        raise ConfigError(missing, path=storage.url())
     root = storage.local_path("")
     lock = metaswap.PrepareLock(root) if root is not None and os.path.isdir(root) else None
     try:
