@@ -193,6 +193,8 @@ def read_minari(src: str | os.PathLike[str]) -> EpisodeStream:
     }
     if source.root_attrs is not None:
         attrs["root_attrs"] = source.root_attrs
+    if source.backend == "hdf5":
+        attrs["empty_groups"] = minari_hdf5.first_episode_empty_groups(main)
     schema = Schema(tuple(fields), "minari", source.version, attrs)
     if source.backend == "hdf5":
         episodes: Iterable[Episode] = minari_hdf5.read_episodes(main, schema, f"data/{minari_hdf5.MAIN_FILE}")

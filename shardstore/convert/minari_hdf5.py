@@ -26,7 +26,7 @@ from ..errors import EpisodeFormatError, MissingExtraError, PathEscapeError
 from . import minari_spaces as spaces
 
 __all__ = [
-    "MAIN_FILE", "attr_from_model", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",
+    "MAIN_FILE", "attr_from_model", "empty_groups", "first_episode_empty_groups", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",
     "read_root_attrs", "write_episodes",
 ]
 
@@ -115,6 +115,24 @@ def _steps_of(group: Any, path: Path, name: str) -> int:
     return int(group["rewards"].shape[0])
 
 
+def empty_groups(group: Any, prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """Paths of the groups holding nothing (CartPole's ``infos`` when infos were not recorded):
+    not fields, but Minari reads an empty group as ``{}`` and a missing one as None."""
+    h5py = h5py_module()
+    out = []
+    for name, obj in group.items():
+        if isinstance(obj, h5py.Group):
+            out += [[*prefix, name]] if len(obj) == 0 else empty_groups(obj, (*prefix, name))
+    return out
+
+
+def first_episode_empty_groups(path: Path) -> list[list[str]]:
+    h5py = h5py_module()
+    with h5py.File(path, "r") as f:
+        groups = _episode_groups(f, path)
+        return empty_groups(f[groups[0][1]]) if groups else []
+
+
 def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> list[FieldSpec]:
     """The field tree, from the first episode (later episodes must have the same fields)."""
     h5py = h5py_module()
@@ -166,7 +184,7 @@ def read_episodes(path: Path, schema: Schema, rel: str) -> Iterator[Episode]:
     with h5py.File(path, "r") as f:
         for number, name in _episode_groups(f, path):
             group = f[name]
-            _steps_of(group, path, name)
+            n = _steps_of(group, path, name)
             names = {".".join(leaf) for leaf, _ in _leaves(group)}
             extra = names - set(schema.names)
             if extra:
@@ -179,6 +197,9 @@ def read_episodes(path: Path, schema: Schema, rel: str) -> Iterator[Episode]:
                 if spec.name not in names:
                     raise EpisodeFormatError("field missing", path=str(path), member=where)
                 ds = group["/".join(spec.source_path)]
+                if _rows(ds, n, path, where) != spec.rows:
+                    raise EpisodeFormatError(f"{ds.shape[0]} rows where the first episode's field has {spec.rows} "
+                                             f"({n} steps)", path=str(path), member=where)
                 steps[spec.name] = _read_leaf(ds, spec, path, where)
                 if ds.attrs:
                     dataset_attrs["/".join(spec.source_path)] = {k: attr_to_model(v) for k, v in ds.attrs.items()}
@@ -218,6 +239,8 @@ def write_episodes(
     with h5py.File(path, "w", track_order=True) as f:
         for episode in episodes:
             group = f.create_group(f"episode_{episode.index}")
+            for empty in schema.attrs.get("empty_groups", []):
+                group.require_group("/".join(empty))
             for key, value in flat_attrs(episode.metadata):
                 group.attrs[key] = attr_from_model(value)
             dataset_attrs = episode.source.get("dataset_attrs", {}) if isinstance(episode.source, dict) else {}
