@@ -318,9 +318,11 @@ class Episodes:
 
     def stream(self) -> EpisodeStream:
         """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),
-        with the kept source files."""
+        in episode-number order (the source's order; positions follow the splits' shards), with
+        the kept source files."""
         files = {rel: self.source_file(rel) for rel in self.source_files()}
-        return EpisodeStream(self.schema, iter(self), len(self), files, self.total_steps)
+        order = np.argsort(self._number, kind="stable").tolist()
+        return EpisodeStream(self.schema, (self[e] for e in order), len(self), files, self.total_steps)
 
     def __repr__(self) -> str:
         return f"Episodes({self.dataset.url!r}, split={self.dataset.split!r}, episodes={len(self)}, granularity={self.granularity!r})"

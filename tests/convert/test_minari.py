@@ -302,13 +302,14 @@ def test_cli_import_info_export_and_force(tmp_path: Path, minari_root: Path) -> 
     assert set(summary) >= {"episodes", "steps", "bytes", "seconds"} and summary["splits"] == {"train": 3, "val": 1, "test": 1}
     info = run_cli("info", str(out))
     assert "episodes     5 (" in info.stdout and "source: minari 0.5" in info.stdout
-    again = run_cli("import", "minari", env_src, str(out))
-    assert again.returncode == 1 and "already holds a dataset" in again.stderr
-    assert run_cli("import", "minari", env_src, str(out), "--force", "-q").returncode == 0
-    exported = run_cli("export", "minari", str(out), str(minari_root / "cli/cp-v0"), "--json")
+    exported = run_cli("export", "minari", str(out), str(minari_root / "cli/cp-v0"), "--json")  # from 3 splits
     assert exported.returncode == 0, exported.stderr
     assert json.loads(exported.stdout)["steps"] == summary["steps"]
     assert_same_minari(minari.load_dataset("cli/cp-v0"), minari.load_dataset(env_src))
+    again = run_cli("import", "minari", env_src, str(out))
+    assert again.returncode == 1 and "already holds a dataset" in again.stderr
+    assert run_cli("import", "minari", env_src, str(out), "--force", "-q").returncode == 0
+    assert [v.number(e) for v in [shardstore.episodes(str(out))] for e in range(len(v))] == list(range(5))
     refused = run_cli("export", "minari", str(out), str(minari_root / "cli/cp-v0"))
     assert refused.returncode == 1 and "already holds a Minari dataset" in refused.stderr
 
