@@ -144,6 +144,7 @@ def test_episode_split_is_kept_and_one_shard_per_episode(tmp_path: Path) -> None
     ]
     view = shardstore.open(str(out), split="validation").episodes
     assert [view[e].index for e in range(len(view))] == [1, 3, 5] and view[0].split == "validation"
+    assert view.position(5) == 2 and view.number(2) == 5
 
 
 def test_source_files_and_schema_kept_through_a_re_prepare(written: tuple[Path, list[Episode]]) -> None:

@@ -35,7 +35,6 @@ __all__ = [
     "FLAG_PARTS",
     "TRUE_NPY",
     "FALSE_NPY",
-    "KEY_RE",
 ]
 
 GRANULARITIES = ("step", "episode")
@@ -46,8 +45,6 @@ _ENCODING_RE = re.compile(r"^[a-z0-9]+$")
 FLAG_PARTS = tuple(f"{name}.npy" for name in FLAG_FIELDS)
 TRUE_NPY = encode_row(np.array(True))
 FALSE_NPY = encode_row(np.array(False))
-#: A store key: episode number, and the step for step granularity.
-KEY_RE = re.compile(r"^e(\d{8})(?:_s(\d{6}))?$")
 
 
 def step_key(episode: int, step: int) -> str:

@@ -32,7 +32,7 @@ from ..errors import ConfigError, EpisodeFormatError
 from ..storage import is_remote_url
 from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter, EpisodeRow
-from .model import Episode, EpisodeStream, FieldSpec, Schema, StepValues
+from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
 from .npy import npy_header
 from .staging import StagedFolder, safe_relpath
 from .tarwriter import TarWriter
@@ -71,14 +71,14 @@ def infer_schema(episode: Episode) -> Schema:
     n = min(lengths.values(), default=0)
     fields = []
     for name, values in episode.steps.items():
-        rows = "steps+1" if lengths[name] == n + 1 and len(set(lengths.values())) > 1 else "steps"
+        rows: Rows = "steps+1" if lengths[name] == n + 1 and len(set(lengths.values())) > 1 else "steps"
         where = f"episode {episode.index}, field {name!r}"
         if isinstance(values, np.ndarray):
             fields.append(FieldSpec(name, "array", values.dtype.str, tuple(values.shape[1:]), rows=rows))
         elif values and all(isinstance(v, str) for v in values):
             fields.append(FieldSpec(name, "text", rows=rows))
         elif values and all(isinstance(v, bytes | bytearray | memoryview) for v in values):
-            head = bytes(values[0][:8])
+            head = bytes(values[0][:8])  # type: ignore[arg-type]
             encoding = "png" if head.startswith(b"\x89PNG") else "jpeg" if head.startswith(b"\xff\xd8") else ""
             if not encoding:
                 raise EpisodeFormatError("media of unknown encoding: pass a schema", member=where)
@@ -130,6 +130,7 @@ class _Shards:
     def write(self, sample: dict[str, Any]) -> None:
         """One sample: its parts in name order (as webdataset writes them), ``key.part`` each."""
         key = sample.pop("__key__")
+        assert self.tar is not None, "open_for_episode() first"
         for part in sorted(sample):
             self.tar.write(f"{key}.{part}", sample[part])
         self.samples += 1
