@@ -22,6 +22,7 @@ import re
 
 import numpy as np
 
+from ..errors import EpisodeFormatError
 from .model import FLAG_FIELDS, FieldSpec
 from .npy import encode_row
 
@@ -61,7 +62,7 @@ def extension(spec: FieldSpec) -> str:
     if spec.kind == "media":
         enc = spec.encoding.lower()
         if not _ENCODING_RE.match(enc):
-            raise ValueError(f"field {spec.name!r}: media encoding {spec.encoding!r} is not a file extension")
+            raise EpisodeFormatError(f"media encoding {spec.encoding!r} is not a file extension", member=f"field {spec.name!r}")
         return _EXTENSIONS.get(enc, enc)
     return "txt" if spec.kind == "text" else "npy"
 

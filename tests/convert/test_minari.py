@@ -29,6 +29,7 @@ from PIL import Image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 import minari_sources  # noqa: E402
+from minari_sources import h5_tree  # noqa: E402
 
 import shardstore  # noqa: E402
 from shardstore.convert.minari import export_minari, import_minari, read_minari  # noqa: E402
@@ -195,24 +196,6 @@ def test_export_to_another_backend(src: str, backend: str, imported: dict[str, P
     export_minari(imported[src], minari_root / dest_id, backend=backend)
     assert json.loads((minari_root / dest_id / "data/metadata.json").read_bytes())["data_format"] == backend
     assert_same_minari(minari.load_dataset(dest_id), minari.load_dataset(src), differ=("data_format",))
-
-
-def h5_tree(path: Path) -> dict[str, Any]:
-    """Every dataset (dtype, shape, bytes) and attribute of an HDF5 file, by path."""
-    out: dict[str, Any] = {}
-    with h5py.File(path) as f:
-        out["/"] = {k: repr(v) for k, v in sorted(f.attrs.items())}
-
-        def visit(name: str, obj: Any) -> None:
-            attrs = {k: repr(v) for k, v in sorted(obj.attrs.items())}
-            if isinstance(obj, h5py.Dataset):
-                data = obj.asstr()[()].tolist() if h5py.check_string_dtype(obj.dtype) else obj[()]
-                out[name] = (str(obj.dtype), obj.shape, data if isinstance(data, list) else data.tobytes(), attrs)
-            else:
-                out[name] = attrs
-
-        f.visititems(visit)
-    return out
 
 
 @pytest.mark.parametrize("version", ["0.3", "0.4"])
