@@ -123,8 +123,9 @@ class Episodes:
         return e
 
     # ----- reading --------------------------------------------------------------------------------
-    def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
-        """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
+    def _read_range(self, e: int, lo: int, hi: int) -> tuple[ShardRef, int, bytes, list[int]]:
+        """(shard, offset, bytes, sample bounds relative to them) of samples ``lo .. hi - 1`` of
+        episode position ``e``: one read, located through the shard's ``.tar.idx``."""
         ds = self.dataset
         shard = ds.shards[self._shard[e]]
         offs = ds._offsets.get(shard.tar_file_id)
@@ -135,10 +136,16 @@ class Episodes:
         first = int(self._first[e])
         bounds = offs[first + lo : first + hi + 1].tolist()
         base = bounds[0]
-        data = ds.storage.read_at(shard.name, base, bounds[-1] - base)
-        return [self._cut(shard, base, data, bounds[i] - base, bounds[i + 1] - base) for i in range(hi - lo)]
+        return shard, base, ds.storage.read_at(shard.name, base, bounds[-1] - base), [b - base for b in bounds]
+
+    def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
+        """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
+        shard, base, data, bounds = self._read_range(e, lo, hi)
+        return [self._cut(shard, base, data, bounds[i], bounds[i + 1]) for i in range(hi - lo)]
 
     def _cut(self, shard: ShardRef, base: int, data: bytes, lo: int, hi: int) -> dict[str, bytes]:
+        """The parts of the one sample in ``data[lo:hi]`` (read from ``base`` of ``shard``): the
+        compiled walk, else the parser."""
         parts: dict[str, Any] = {}
         if fill_plain_sample(parts, data, lo, hi) is None:
             parts = {}
@@ -162,28 +169,18 @@ class Episodes:
         """Every field's rows of samples ``lo .. hi - 1`` of episode position ``e`` (step
         granularity), from one read: arrays stacked, media and text as lists. A final
         ``steps+1`` sample in the range adds its row to those fields only."""
-        ds = self.dataset
-        shard = ds.shards[self._shard[e]]
-        offs = ds._offsets.get(shard.tar_file_id)
-        if offs is None:
-            offs = ds._shard_offsets(shard)
-        if shard.tar_file_id not in ds._checked:
-            ds.check_shard(shard)
-        first = int(self._first[e])
         n = int(self._steps[e])
         full = min(hi, n) - lo  # samples holding every field
-        bounds = offs[first + lo : first + hi + 1]
-        base = int(bounds[0])
-        data = ds.storage.read_at(shard.name, base, int(bounds[-1]) - base)
+        shard, base, data, bounds = self._read_range(e, lo, hi)
         sizes = np.diff(bounds[: full + 1])
         out = None
         if full >= 2 and (sizes == sizes[0]).all():
             out = self._uniform_rows(data, full, int(sizes[0]))
         if out is None:
-            samples = [self._cut(shard, base, data, int(bounds[i]) - base, int(bounds[i + 1]) - base) for i in range(full)]
+            samples = [self._cut(shard, base, data, bounds[i], bounds[i + 1]) for i in range(full)]
             out = {f.name: self._stack(f, samples) for f in self.schema.fields}
         if hi > n:  # the final sample: the last row of the steps+1 fields
-            last = self._cut(shard, base, data, int(bounds[-2]) - base, int(bounds[-1]) - base)
+            last = self._cut(shard, base, data, bounds[-2], bounds[-1])
             for f in self.schema.fields:
                 if f.rows == "steps+1":
                     row = self._stack(f, [last])
