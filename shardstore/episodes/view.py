@@ -216,8 +216,10 @@ class Episodes:
                 out[f.name] = np.ascontiguousarray(column[:, hl:]).view(dtype).reshape((m, *shape))
             elif f.kind == "media":
                 out[f.name] = [column[k].tobytes() for k in range(m)]
-            else:
+            elif f.kind == "text":
                 out[f.name] = [column[k].tobytes().decode() for k in range(m)]
+            else:  # another kind (video references) is the parser's, through _stack
+                return None
         return out if len(out) == len(self.schema.fields) else None
 
     def _stack(self, f: FieldSpec, samples: list[dict[str, bytes]]) -> Any:
