@@ -27,6 +27,7 @@ __all__ = [
     "WorkerDiedError",
     "EpisodeFormatError",
     "place_message",
+    "UnsafePickleError",
 ]
 
 
@@ -161,3 +162,8 @@ class MountError(ShardstoreError, OSError):
 class EpisodeFormatError(ShardstoreError, ValueError):
     """An episode does not fit the episode model or its format's rules; ``member`` names the episode
     and field (``episode 3, field 'actions'``), ``path`` the source file."""
+
+
+class UnsafePickleError(PickleNotAllowedError):
+    """A pickle (decoded with the opt-in) names a class or function outside numpy's arrays, scalars
+    and dtypes and Python's builtin types; the message names it. Nothing it names was called."""
