@@ -486,8 +486,7 @@ class _ShardWriter:
     def close(self) -> None:
         self._tar.close()
         if self._zstd is not None:
-            self._zstd.flush(2)  # FLUSH_FRAME: end the zstd frame
-            self._zstd.close()
+            self._zstd.close()  # ends the zstd frame (the raw file stays open: closefd=False)
         self._raw.close()
 
 
