@@ -10,7 +10,6 @@ import pickle
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
