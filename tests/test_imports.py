@@ -39,6 +39,7 @@ STAGES = {
     "nvmeta": 3,
     "samples": 3,
     "decode": 3,
+    "safepickle": 2,  # the restricted unpickler (decode's pickle opt-in, the episode-frame layout)
     "sharding": 3,
     "scan": 4,
     "prepare": 4,

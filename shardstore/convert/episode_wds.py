@@ -16,7 +16,8 @@ Into the episode model:
   lacks is ``b""`` there (a pickle is never empty) and stays missing on export;
 - an episode never spans shards: one whose last step is not done (the shard ends first) is kept,
   ``terminal=False`` and ``metadata["truncated"] = True``, not merged into the next shard's;
-- each episode's ``metadata["source"]`` names its shard and the original key of every step;
+- each episode's ``source`` (kept in the store's episode index) names its shard and the original
+  key of every step;
 - the metadata member goes to ``source_files`` (``<shard>/_metadata.meta.pickle``, bytes kept, the
   class names it refers to listed in the schema without loading it), never into the steps;
 - data type, benchmark and task (from the folder names) are the dataset's ``subflavors``.
@@ -384,10 +385,9 @@ def _episode(index: int, schema: Schema, shard: str, steps: list[_Step], termina
     for f in schema.fields:
         part = str(f.attrs["part"])
         values[f.name] = [s.parts[part].data if part in s.parts else b"" for s in steps]
-    metadata: dict[str, Any] = {"source": {"shard": shard, "keys": [s.key for s in steps]}}
-    if not terminal:
-        metadata["truncated"] = True
-    return Episode(index, dict(values), metadata, terminal=terminal)
+    metadata: dict[str, Any] = {} if terminal else {"truncated": True}
+    source = {"shard": shard, "keys": [s.key for s in steps]}
+    return Episode(index, dict(values), metadata, terminal=terminal, source=source)
 
 
 # ----- writing the layout ----------------------------------------------------------------------------
@@ -421,8 +421,8 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
     current: str | None = None
     names: list[str] = []
     for episode in stream.episodes:
-        source = episode.metadata.get("source")
-        src = str(source["shard"]) if isinstance(source, Mapping) and source.get("shard") in shards else None
+        source = episode.source
+        src = str(source["shard"]) if source.get("shard") in shards else None
         if writer is None or (src is not None and src != current):
             if writer is not None:
                 writer.close()
@@ -433,7 +433,7 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
             writer = _ShardWriter(stage / name, _metadata_for(stream, shards.get(src or "")))
             current = src
             names.append(name)
-        keys = source.get("keys") if src is not None and isinstance(source, Mapping) else None
+        keys = source.get("keys") if src is not None else None
         writer.write_episode(schema, episode, keys)
     if writer is not None:
         writer.close()

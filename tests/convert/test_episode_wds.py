@@ -77,8 +77,8 @@ def test_read_cuts_episodes_at_dones_and_keeps_bytes(task: Path) -> None:
     assert [e.index for e in episodes] == list(range(5))
     src = {name: data for name, data in members(task / "shard-000000.tar.zst")}
     third = episodes[2]
-    assert third.metadata["source"] == {"shard": "shard-000000.tar.zst", "keys": [f"frame_{i:03d}" for i in range(5, 11)]}
-    for t, key in enumerate(third.metadata["source"]["keys"]):
+    assert third.source == {"shard": "shard-000000.tar.zst", "keys": [f"frame_{i:03d}" for i in range(5, 11)]}
+    for t, key in enumerate(third.source["keys"]):
         for f in schema.names:
             assert third.steps[f][t] == src[f"{key}.{f}.pickle"]
     assert episodes[3].steps["infos"][1] == b""  # the step without infos
@@ -115,7 +115,7 @@ def test_counter_past_999_and_a_single_shard(tmp_path: Path) -> None:
     write_shard(shard, {"benchmark_name": "dmc"}, rollouts(np.random.default_rng(1), [600, 405], (2,), ("acts", "dones")))
     stream = read_episode_wds(shard)
     episodes = list(stream.episodes)
-    assert episodes[1].metadata["source"]["keys"][-2:] == ["frame_1003", "frame_1004"]
+    assert episodes[1].source["keys"][-2:] == ["frame_1003", "frame_1004"]
     write_episode_wds(read_episode_wds(shard), tmp_path / "out")
     assert members(tmp_path / "out" / "one.tar") == members(shard)
 
@@ -127,7 +127,7 @@ def test_a_trajectory_that_never_ends_is_kept_flagged_not_merged(task: Path) -> 
         (4, True), (2, False), (3, True), (5, True),
     ]
     assert episodes[1].metadata["truncated"] is True
-    assert episodes[2].metadata["source"]["shard"] == "shard-000001.tar"
+    assert episodes[2].source["shard"] == "shard-000001.tar"
 
 
 def test_multitask_root(tmp_path: Path) -> None:
@@ -232,3 +232,124 @@ def test_export_never_overwrites(task: Path, tmp_path: Path) -> None:
     assert (tmp_path / "out" / "keep").read_text() == "x"
 
 
+
+
+# ----- import into prepared datasets, export back ------------------------------------------------------
+def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path: Path) -> None:
+    import shardstore
+    from shardstore.convert.episode_wds_import import export_episode_wds, import_episode_wds
+
+    report = import_episode_wds(task, tmp_path / "ds")
+    assert [(r.episodes, r.steps) for r in report.datasets] == [(5, 19)]
+    view = shardstore.episodes(tmp_path / "ds")
+    src = {**dict(members(task / "shard-000000.tar.zst")), **dict(members(task / "shard-000001.tar"))}
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        e = int(rng.integers(len(view)))
+        t = int(rng.integers(view.lengths[e]))
+        source = view.source(e)
+        step = view.step(e, t)
+        key = source["keys"][t]
+        shard_members = dict(members(task / source["shard"]))
+        for f in ("acts", "dones", "obs", "next_obs", "rews"):
+            assert step[f] == shard_members[f"{key}.{f}.pickle"]
+        assert bool(step["is_last"]) == (t == view.lengths[e] - 1)
+    assert len(src) > 0
+    assert view.source_file(f"shard-000000.tar.zst/{META_MEMBER}") == dict(members(task / "shard-000000.tar.zst"))[META_MEMBER]
+    meta_yaml = (tmp_path / "ds" / ".nv-meta" / "dataset.yaml").read_text()
+    assert "subflavors:" in meta_yaml and "MoveToCorner" in meta_yaml
+    names = export_episode_wds(tmp_path / "ds", tmp_path / "back")
+    for name in names:
+        assert members(tmp_path / "back" / name) == members(task / name)
+
+
+def test_to_dict_decodes_pickles_only_with_the_opt_in(task: Path, tmp_path: Path) -> None:
+    import shardstore
+    from shardstore.convert.episode_wds_import import import_episode_wds
+    from shardstore.errors import PickleNotAllowedError
+
+    import_episode_wds(task, tmp_path / "ds")
+    view = shardstore.episodes(tmp_path / "ds")
+    with pytest.raises(PickleNotAllowedError, match="allow_pickle"):
+        view.to_dict()
+    frames = [pickle.loads(data) for name, data in members(task / "shard-000001.tar") if name.endswith(".obs.pickle")]
+    d = view.to_dict(episodes=[3, 4], allow_pickle=True)
+    assert d["obs"].shape == (8, 3, 8, 8) and d["obs"].dtype == np.uint8
+    assert np.array_equal(d["obs"], np.stack(frames))
+    assert d["dones"].tolist() == [False, False, True, False, False, False, False, True]
+    assert d["acts"].shape == (8, 2) and np.array_equal(d["next_obs"][:-1][d["dones"][:-1] == 0], d["obs"][1:][d["dones"][:-1] == 0])
+    everything = view.to_dict(allow_pickle=True)
+    assert len(everything["dones"]) == 19 and int(everything["dones"].sum()) == 5
+
+
+def test_to_dict_of_npy_episodes(tmp_path: Path) -> None:
+    import shardstore
+    from shardstore.episodes import Episode, EpisodeWriter
+
+    rng = np.random.default_rng(7)
+    eps = [Episode(i, {"observations": rng.random((n + 1, 2), dtype=np.float32), "actions": rng.integers(0, 3, n)})
+           for i, n in enumerate((3, 4))]
+    with EpisodeWriter(tmp_path / "ds") as w:
+        for ep in eps:
+            w.write(ep)
+    d = shardstore.episodes(tmp_path / "ds").to_dict()  # arrays: no opt-in needed
+    assert np.array_equal(d["obs"], np.concatenate([eps[0].steps["observations"][:3], eps[1].steps["observations"][:4]]))
+    assert np.array_equal(d["next_obs"], np.concatenate([eps[0].steps["observations"][1:], eps[1].steps["observations"][1:]]))
+    assert d["dones"].tolist() == [False, False, True, False, False, False, True]
+    assert d["acts"].tolist() == eps[0].steps["actions"].tolist() + eps[1].steps["actions"].tolist()
+
+
+def test_multitask_import_blend_yaml_draws_each_task_uniformly(tmp_path: Path) -> None:
+    import collections
+    import itertools
+    import math
+
+    import shardstore
+    from shardstore.convert.episode_wds_import import import_episode_wds
+
+    rng = np.random.default_rng(8)
+    sizes = {("demos", "magical", "a"): [2], ("demos", "magical", "b"): [3, 4], ("random", "dmc", "c"): [9, 9, 9]}
+    for names, lengths in sizes.items():
+        write_shard(tmp_path.joinpath("src", *names, "s.tar.zst"), EnvMeta(*names[1:]), rollouts(rng, lengths, (1,)))
+    report = import_episode_wds(tmp_path / "src", tmp_path / "out", blend_yaml=True)
+    assert report.blend_yaml == str(tmp_path / "out" / "blend.yaml")
+    assert [r.steps for r in report.datasets] == [2, 7, 27]
+    md = shardstore.open_metadataset(report.blend_yaml)
+    n, k = 3000, 3
+    got = list(itertools.islice(md.iter(shuffle=True, seed=1), n))
+    counts = collections.Counter(s["__subflavors__"]["task"] for s in got)
+    tol = 4.5 * math.sqrt(n * (1 / k) * (1 - 1 / k))  # binomial: 4.5 standard deviations
+    assert all(abs(counts[t] - n / k) <= tol for t in "abc"), (counts, tol)
+    assert {s["__subflavors__"]["data_type"] for s in got} == {"demos", "random"}
+    # the same blend in Python
+    dss = [shardstore.open(r.path) for r in report.datasets]
+    mixed = shardstore.interleave(dss, seed=2, restart=True, nominal_length=n)
+    counts = collections.Counter(s["__source__"] for s in mixed.iter(shuffle=True))
+    assert all(abs(counts[i] - n / k) <= tol for i in range(k)), (counts, tol)
+
+
+@pytest.mark.compat
+def test_subflavors_reach_energon(task: Path, tmp_path: Path) -> None:
+    """The real Energon reads the imported dataset.yaml: its factory and every sample carry the subflavors."""
+    pytest.importorskip("megatron.energon")
+    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset, stateless
+    from megatron.energon.dataset_config import get_dataset_from_config
+
+    from shardstore.convert.episode_wds_import import import_episode_wds
+
+    import_episode_wds(task, tmp_path / "ds")
+    want = {"data_type": "demos", "benchmark": "magical", "task": "MoveToCorner"}
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    assert get_dataset_from_config(tmp_path / "ds", split_part="train", training=False, worker_config=wc).subflavors == want
+
+    @stateless
+    def cook(raw: dict) -> dict:
+        return {"key": raw["__key__"], "subflavors": raw["__subflavors__"]}
+
+    class Raw(DefaultTaskEncoder):
+        decoder = None
+        cookers = [Cooker(cook)]
+
+    ds = get_val_dataset(tmp_path / "ds", split_part="train", worker_config=wc, batch_size=None, task_encoder=Raw())
+    got = list(get_loader(ds))
+    assert len(got) == 19 and all(s["subflavors"] == want for s in got)
