@@ -332,7 +332,14 @@ def test_multitask_import_blend_yaml_draws_each_task_uniformly(tmp_path: Path) -
 def test_subflavors_reach_energon(task: Path, tmp_path: Path) -> None:
     """The real Energon reads the imported dataset.yaml: its factory and every sample carry the subflavors."""
     pytest.importorskip("megatron.energon")
-    from megatron.energon import Cooker, DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset, stateless
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        WorkerConfig,
+        get_loader,
+        get_val_dataset,
+        stateless,
+    )
     from megatron.energon.dataset_config import get_dataset_from_config
 
     from shardstore.convert.episode_wds_import import import_episode_wds
