@@ -296,8 +296,9 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     from .inspection import info
 
     s = info(path, storage_options=storage_options)
+    layout = _episode_wds_summary(path, storage_options)
     if as_json:
-        echo_json(s.to_dict())
+        echo_json({**s.to_dict(), **layout})
         return
     if s.sample_type is None:
         kind = "none (no dataset.yaml: raw samples, as with CrudeWebdataset)"
@@ -323,7 +324,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     if s.uuid:
         rows.append(("index uuid", s.uuid))
     click.echo(s.url)
-    for label, value in rows:
+    for label, value in rows + _episode_wds_rows(layout):
         click.echo(f"  {label:<12} {value}")
 
 
@@ -581,6 +582,118 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
     if not quiet:
         click.echo(f"Unmounted {mountpoint}")
 
+
+# ----- the episode-frame WebDataset layout (issue 14) ----------------------------------------------
+def _episode_wds_summary(path: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``info``'s extra lines for an episode-frame import ({} for other datasets and metadatasets)."""
+    from .convert.episode_wds_import import source_summary
+
+    return source_summary(path, storage_options)
+
+
+def _episode_wds_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    if not summary:
+        return []
+    s = summary["episode_wds"]
+    rows = [("subflavors", ", ".join(f"{k}={v}" for k, v in s["subflavors"].items()) or "none")]
+    for i, (shard, names) in enumerate(s["metadata_classes"].items()):
+        label = "pickled" if i == 0 else ""
+        rows.append((label, f"{shard}: _metadata.meta.pickle names {', '.join(names) or 'no foreign class'} (not loaded)"))
+    return rows
+
+
+def _command_group(name: str, help_text: str) -> click.Group:
+    """``shardstore import`` / ``shardstore export``: the group another block defined, else a new
+    one, so each format's commands attach to the same group."""
+    group = main.commands.get(name)
+    if not isinstance(group, click.Group):
+        group = click.Group(name, help=help_text)
+        main.add_command(group)
+    return group
+
+
+@click.command("episode-wds")
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("out", type=click.Path())
+@click.option("--blend-yaml", is_flag=True, help="For a root of several tasks: also write OUT/blend.yaml blending them uniformly.")
+@click.option("--allow-pickle", is_flag=True,
+              help="Unpickle every part on the way (numpy and builtins only): checks them and records dtypes and shapes.")
+@click.option("--force", is_flag=True, help="Replace datasets already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
+@quiet_option
+@json_option
+@handle_errors
+def import_episode_wds_command(
+    src: str, out: str, blend_yaml: bool, allow_pickle: bool, force: bool, progress: bool, quiet: bool, as_json: bool
+) -> None:
+    """Import the episode-frame WebDataset layout of imitation-learning research (frame_NNN.<part>.pickle
+    steps after a _metadata.meta.pickle member; .tar or .tar.zst): one prepared episode dataset per task.
+
+    SRC is a shard, a folder of shards, or a root of <demos|random>/<benchmark>/<task>/ folders (then
+    OUT/<demos|random>/<benchmark>/<task>/ each). Parts keep their pickle bytes; pickles are never
+    loaded except `dones` (through the restricted unpickler) unless --allow-pickle.
+
+    \b
+    Example:
+      shardstore import episode-wds ./il-data ./il-ds --blend-yaml
+    """
+    from .convert.episode_wds_import import import_episode_wds
+
+    report = import_episode_wds(
+        src, out, blend_yaml=blend_yaml, allow_pickle=allow_pickle, force=force,
+        progress=progress and not quiet and not as_json and sys.stderr.isatty(),
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        for r, flavors in zip(report.datasets, report.subflavors, strict=True):
+            tag = "/".join(flavors.values())
+            click.echo(f"{r.path}: {_plural(r.episodes, 'episode')}, {_plural(r.steps, 'step')}"
+                       + (f" ({tag})" if tag else "") + f" in {r.seconds:.1f} s")
+        if report.blend_yaml:
+            click.echo(f"{report.blend_yaml}: blends {_plural(len(report.datasets), 'task')} uniformly")
+
+
+@click.command("episode-wds")
+@click.argument("dataset")
+@click.argument("out", type=click.Path())
+@click.option("--compress/--no-compress", default=None,
+              help="Write .tar.zst (or .tar) shards; default: as the source was (new shards: .tar).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_episode_wds_command(
+    dataset: str, out: str, compress: bool | None, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Export an episode dataset as the episode-frame WebDataset layout into the new folder OUT.
+
+    An import comes back member for member (metadata first, the same names and bytes, zstd where the
+    source was); other episode datasets become new frame_NNN shards of pickled arrays.
+
+    \b
+    Example:
+      shardstore export episode-wds ./il-ds/demos/magical/MoveToCorner ./il-back
+    """
+    from .convert.episode_wds_import import export_episode_wds
+
+    names = export_episode_wds(dataset, out, compress=compress, storage_options=storage_options)
+    if as_json:
+        echo_json({"out": out, "shards": names})
+    elif not quiet:
+        click.echo(f"{out}: {_plural(len(names), 'shard')}")
+
+
+_command_group(
+    "import",
+    "Import a robot-learning format into a prepared episode dataset.\n\n\b\nExample:\n"
+    "  shardstore import episode-wds ./il-data ./il-ds",
+).add_command(import_episode_wds_command)
+_command_group(
+    "export",
+    "Export a prepared episode dataset into a robot-learning format.\n\n\b\nExample:\n"
+    "  shardstore export episode-wds ./il-ds ./il-back",
+).add_command(export_episode_wds_command)
 
 if __name__ == "__main__":
     main()

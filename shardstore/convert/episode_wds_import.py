@@ -26,10 +26,13 @@ import yaml
 
 from .. import nvmeta
 from ..episodes import EpisodeWriter, WriteReport, episodes
-from ..errors import ConfigError
-from .episode_wds import find_tasks, read_task, write_episode_wds
+from ..episodes.index import SCHEMA_JSON
+from ..episodes.model import Schema
+from ..errors import ConfigError, StorageError
+from ..storage import open_storage
+from .episode_wds import FORMAT, find_tasks, read_task, write_episode_wds
 
-__all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds"]
+__all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds", "source_summary"]
 
 BLEND_YAML = "blend.yaml"
 
@@ -124,3 +127,17 @@ def export_episode_wds(
     view = episodes(dataset, storage_options=storage_options)
     return write_episode_wds(view.stream(), out, compress=compress)
 
+
+
+def source_summary(dataset: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What an episode-frame import came from, for ``shardstore info``: its subflavors and, per
+    source shard, the classes its metadata pickle names (found by walking the pickle's opcodes at
+    import; never loaded). ``{}`` for any other dataset."""
+    try:
+        schema = Schema.from_json(open_storage(dataset, storage_options).read(f"{nvmeta.META_DIR}/{SCHEMA_JSON}"))
+    except (StorageError, FileNotFoundError, ValueError):
+        return {}
+    if schema.source_format != FORMAT:
+        return {}
+    classes = {str(s["name"]): list(s.get("metadata_classes", ())) for s in schema.attrs.get("shards", ())}
+    return {"episode_wds": {"subflavors": dict(schema.attrs.get("subflavors") or {}), "metadata_classes": classes}}
