@@ -10,6 +10,7 @@ import pickle
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -360,3 +361,40 @@ def test_subflavors_reach_energon(task: Path, tmp_path: Path) -> None:
     ds = get_val_dataset(tmp_path / "ds", split_part="train", worker_config=wc, batch_size=None, task_encoder=Raw())
     got = list(get_loader(ds))
     assert len(got) == 19 and all(s["subflavors"] == want for s in got)
+
+
+# ----- the command line ---------------------------------------------------------------------------
+def _cli(*args: object) -> Any:
+    from click.testing import CliRunner
+
+    from shardstore.cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_cli_import_info_export(task: Path, tmp_path: Path) -> None:
+    import json
+
+    r = _cli("import", "episode-wds", task, tmp_path / "ds", "--json")
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["datasets"][0]["episodes"] == 5 and got["datasets"][0]["subflavors"]["task"] == "MoveToCorner"
+    r = _cli("info", tmp_path / "ds")
+    assert r.exit_code == 0 and f"{__name__}.EnvMeta (not loaded)" in r.output and "task=MoveToCorner" in r.output
+    r = _cli("export", "episode-wds", tmp_path / "ds", tmp_path / "back", "--no-compress")
+    assert r.exit_code == 0, r.output
+    assert members(tmp_path / "back" / "shard-000000.tar") == members(task / "shard-000000.tar.zst")
+    r = _cli("export", "episode-wds", tmp_path / "ds", tmp_path / "back")
+    assert r.exit_code == 1 and "exists" in r.output
+
+
+def test_cli_refused_pickle_names_the_place_and_writes_nothing(task: Path, tmp_path: Path) -> None:
+    frames = rollouts(np.random.default_rng(9), [2])
+    frames[0]["rews"] = EnvMeta("a", "b")
+    write_shard(task / "shard-000001.tar", {}, frames)
+    r = _cli("import", "episode-wds", task, tmp_path / "ds", "--allow-pickle")
+    assert r.exit_code == 1
+    line = r.output.strip()
+    assert "\n" not in line and "shard-000001.tar, member 'frame_000.rews.pickle', offset " in line and "EnvMeta" in line
+    assert not (tmp_path / "ds").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".ds")]
+    assert _cli("import", "episode-wds", task, tmp_path / "ds").exit_code == 0  # without the opt-in: bytes kept
