@@ -17,10 +17,14 @@ import numpy as np
 PARTS = ("acts", "dones", "frame", "infos", "next_obs", "obs", "rews")
 
 
-def write_shard(path: str | Path, meta: Any, frames: Iterable[Mapping[str, Any]], *, level: int = 3) -> None:
+def write_shard(
+    path: str | Path, meta: Any, frames: Iterable[Mapping[str, Any]], *, level: int = 3,
+    mtime: float | None = 1_600_000_000,
+) -> None:
     """One shard: ``meta`` pickled as ``_metadata.meta.pickle``, then each frame's values pickled as
     ``frame_%03d.<part>.pickle`` (the research code's own counter, not padded past 999). A name
-    ending in ``.zst`` is zstd-compressed as one stream."""
+    ending in ``.zst`` is zstd-compressed as one stream. ``mtime=None`` is ``TarWriter``'s default
+    (the current time, a float: a PAX header before every member, as the research shards have)."""
     import webdataset as wds
 
     path = Path(path)
@@ -33,7 +37,7 @@ def write_shard(path: str | Path, meta: Any, frames: Iterable[Mapping[str, Any]]
 
             zw = zstandard.ZstdCompressor(level=level).stream_writer(raw, closefd=False)
             out = zw
-        with wds.TarWriter(out, mtime=1_600_000_000) as tw:
+        with wds.TarWriter(out, mtime=mtime) as tw:
             tw.write({"__key__": "_metadata", "meta.pickle": meta})
             for i, frame in enumerate(frames):
                 tw.write({"__key__": f"frame_{i:03d}", **{f"{k}.pickle": v for k, v in frame.items()}})

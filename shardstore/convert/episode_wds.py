@@ -69,6 +69,8 @@ DONES = "dones"
 _SUFFIXES = (".tar.zst", ".tar")
 _DATA_TYPES = ("demos", "random")
 _CHUNK = 1 << 20
+#: What ``tarfile`` says when the data ends where a header or member data should be.
+_TRUNCATED = ("empty file", "unexpected end", "empty header", "truncated header")
 
 
 # ----- where the shards are ------------------------------------------------------------------------
@@ -146,6 +148,7 @@ class _ZstdReader(io.RawIOBase):
         self._buf = b""
         self._consumed = 0
         self._in_frame = False
+        self.produced = 0  # decompressed bytes handed out so far
 
     def readable(self) -> bool:
         return True
@@ -163,6 +166,7 @@ class _ZstdReader(io.RawIOBase):
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
+        self.produced += n
         return n
 
     def _feed(self, chunk: bytes) -> bytes:
@@ -182,10 +186,15 @@ class _ZstdReader(io.RawIOBase):
 
 
 def _members(path: Path) -> Iterator[_Member]:
-    """The regular members of a shard in order, streamed (``.tar.zst`` decompressed on the way)."""
+    """The regular members of a shard in order, streamed (``.tar.zst`` decompressed on the way).
+
+    Raises ``TruncatedTarError`` when the data ends inside a header or member, inside a zstd frame,
+    or before the tar's end marker (a zero block), so a cut shard never reads as a shorter one.
+    """
     where = str(path)
     with open(path, "rb") as raw:
-        fileobj: IO[bytes] = io.BufferedReader(_ZstdReader(raw, where), _CHUNK) if path.name.endswith(".zst") else raw
+        zst = _ZstdReader(raw, where) if path.name.endswith(".zst") else None
+        fileobj: IO[bytes] = io.BufferedReader(zst, _CHUNK) if zst is not None else raw
         offset = 0
         try:
             with tarfile.open(fileobj=fileobj, mode="r|") as tar:
@@ -198,13 +207,17 @@ def _members(path: Path) -> Iterator[_Member]:
                     if len(data) != info.size:
                         raise TruncatedTarError("the shard ends inside this member", path=where, member=info.name, offset=offset)
                     yield _Member(info.name, info.offset, data)
-            if isinstance(fileobj, io.BufferedReader):
-                while fileobj.read(_CHUNK):  # the rest of the frame: a truncated tail must still be seen
+                end = tar.offset
+            if zst is not None:
+                while fileobj.read(_CHUNK):  # the rest of the stream: a truncated tail must still be seen
                     pass
+            total = zst.produced if zst is not None else os.fstat(raw.fileno()).st_size
         except tarfile.ReadError as e:
-            if "empty file" in str(e) or "unexpected end" in str(e):
+            if any(why in str(e) for why in _TRUNCATED):
                 raise TruncatedTarError(f"the shard ends early ({e})", path=where, offset=offset) from e
             raise TarFormatError(f"not a tar file: {e}", path=where, offset=offset) from e
+        if total - end < 512:  # tarfile stopped at the end of the data, not at an end-marker block
+            raise TruncatedTarError("the shard ends without the tar end marker (truncated)", path=where, offset=end)
 
 
 # ----- members -> steps -> episodes ------------------------------------------------------------------

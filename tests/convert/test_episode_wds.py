@@ -61,7 +61,7 @@ def task(tmp_path: Path) -> Path:
     write_shard(folder / "shard-000000.tar.zst", EnvMeta("magical", "MoveToCorner"), rollouts(rng, [4, 1, 6]))
     frames = rollouts(rng, [3, 5])
     del frames[1]["infos"]
-    write_shard(folder / "shard-000001.tar", EnvMeta("magical", "MoveToCorner"), frames)
+    write_shard(folder / "shard-000001.tar", EnvMeta("magical", "MoveToCorner"), frames, mtime=None)  # PAX headers
     return folder
 
 
@@ -156,6 +156,17 @@ def test_first_member_must_be_the_metadata(tmp_path: Path) -> None:
     assert (info.value.path, info.value.member, info.value.offset) == (str(shard), "frame_000.dones.pickle", 0)
 
 
+def test_zstd_of_several_frames(task: Path, tmp_path: Path) -> None:
+    """A .tar.zst made of several zstd frames (as parallel compressors write them) reads as one tar."""
+    import zstandard
+
+    shard = task / "shard-000000.tar.zst"
+    raw = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(shard.read_bytes())).read()
+    cut = len(raw) // 3 + 100  # inside a member
+    shard.write_bytes(b"".join(zstandard.ZstdCompressor().compress(p) for p in (raw[:cut], raw[cut:])))
+    assert [e.length(read_episode_wds(task).schema) for e in read_episode_wds(task).episodes] == [4, 1, 6, 3, 5]
+
+
 def test_truncated_zst(task: Path) -> None:
     shard = task / "shard-000000.tar.zst"
     data = shard.read_bytes()
@@ -165,10 +176,15 @@ def test_truncated_zst(task: Path) -> None:
     assert info.value.path == str(shard) and "zstd" in str(info.value)
 
 
-def test_truncated_tar(task: Path) -> None:
+@pytest.mark.parametrize("where", ["inside", "at a member boundary"])
+def test_truncated_tar(task: Path, where: str) -> None:
+    """A cut shard never reads as a shorter one: also when it is cut exactly between two members."""
     shard = task / "shard-000001.tar"
     data = shard.read_bytes()
-    shard.write_bytes(data[:5000])
+    with tarfile.open(shard) as tar:
+        last = tar.getmembers()[-1]
+    boundary = last.offset_data + (last.size + 511) // 512 * 512
+    shard.write_bytes(data[:5000] if where == "inside" else data[:boundary])
     with pytest.raises(TruncatedTarError) as info:
         list(read_episode_wds(task).episodes)
     assert info.value.path == str(shard)
