@@ -105,3 +105,13 @@ def test_decode_opt_in_goes_through_the_restricted_unpickler(tmp_path: Path) -> 
     assert info.value.path == "s.tar" and info.value.member == "k.x.pyd"
     # a caller who trusts the data more says so with its own decoder
     assert decode_part("x.pyd", pickle.dumps(EnvSpec()), {"pyd": pickle.loads}).shape == (3, 8, 8)
+
+
+def test_pickles_written_by_numpy_1_load() -> None:
+    """Research data was pickled by numpy 1.x, whose reconstruct functions live in ``numpy.core``
+    (protocol 2 names globals as text, so the module can be renamed in place)."""
+    for value in (np.arange(3.0), np.float32(2), np.bool_(True)):
+        old = pickle.dumps(value, protocol=2).replace(b"numpy._core", b"numpy.core")
+        assert b"numpy._core" not in old
+        got = safepickle.loads(old)
+        assert type(got) is type(value) and np.array_equal(got, value)

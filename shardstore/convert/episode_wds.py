@@ -443,6 +443,10 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
                 name = f"shard-{len(names):06d}.tar" + (".zst" if compress else "")
             else:
                 name = src if compress is None else src.removesuffix(".zst") + (".zst" if compress else "")
+                if name in names:  # its episodes are not together in the stream: refuse, never overwrite
+                    raise EpisodeFormatError(
+                        f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}"
+                    )
             writer = _ShardWriter(stage / name, _metadata_for(stream, shards.get(src or "")))
             current = src
             names.append(name)
