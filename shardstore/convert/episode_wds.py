@@ -34,7 +34,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import shutil
 import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -45,10 +44,12 @@ import numpy as np
 
 from .. import safepickle
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
+from ..episodes.staging import StagedFolder, safe_relpath
 from ..errors import (
     DecodeError,
     EpisodeFormatError,
     MissingExtraError,
+    PathEscapeError,
     ShardstoreError,
     TarFormatError,
     TruncatedTarError,
@@ -404,27 +405,30 @@ def _episode(index: int, schema: Schema, shard: str, steps: list[_Step], termina
 
 
 # ----- writing the layout ----------------------------------------------------------------------------
-def write_episode_wds(stream: EpisodeStream, out: str | os.PathLike[str], *, compress: bool | None = None) -> list[str]:
-    """Write ``stream`` as the layout into the new folder ``out``; return the shard names.
+def write_episode_wds(
+    stream: EpisodeStream, out: str | os.PathLike[str], *, compress: bool | None = None, force: bool = False
+) -> list[str]:
+    """Write ``stream`` as the layout into the folder ``out``; return the shard names.
 
     Episodes imported from the layout go back into their shards under their keys (metadata member
     from ``source_files``, zstd where the source was; ``compress`` overrides). Others go into new
     shards ``shard-000000.tar[.zst]``: array fields pickled per step, ``dones`` from the episode
     ends when there is no such field, the metadata a pickled dict of the dataset's subflavors.
-    The shards are written in a staging folder that replaces nothing: ``out`` must not exist.
+    Written in a staging folder beside ``out`` and moved into place (``StagedFolder``): ``out`` must
+    be new or empty, or hold such shards and ``force`` be given.
     """
-    target = Path(out)
-    if target.exists():
-        raise EpisodeFormatError("the output folder exists already; export writes a new one", path=str(target))
-    stage = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
+    staged = StagedFolder(out, force=force, holds=_holds_shards, what="a folder of shards")
     try:
-        names = _write_shards(stream, stage, compress)
-        os.rename(stage, target)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
+        names = _write_shards(stream, Path(staged.path), compress)
+        staged.commit()
+    except BaseException:
+        staged.abort()
+        raise
     return names
+
+
+def _holds_shards(folder: str) -> bool:
+    return any(_is_shard(p) for p in Path(folder).iterdir())
 
 
 def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> list[str]:
@@ -443,6 +447,8 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
                 name = f"shard-{len(names):06d}.tar" + (".zst" if compress else "")
             else:
                 name = src if compress is None else src.removesuffix(".zst") + (".zst" if compress else "")
+                if "/" in safe_relpath(name).replace(os.sep, "/"):  # a name from the dataset's own files
+                    raise PathEscapeError("a shard name must be a plain file name", member=name)
                 if name in names:  # its episodes are not together in the stream: refuse, never overwrite
                     raise EpisodeFormatError(
                         f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}"

@@ -17,7 +17,7 @@ dataset is written and prepared in a staging folder and moved into place whole (
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,16 +58,15 @@ def import_episode_wds(
     *,
     blend_yaml: bool = False,
     allow_pickle: bool = False,
-    force: bool = False,
-    progress: bool = False,
-    num_workers: int | None = None,
+    **writer_options: Any,
 ) -> ImportReport:
     """Import a shard, a folder of shards or a root of task folders into prepared datasets.
 
     One task: the dataset is ``out``. Several: ``out/<relative path of the task>`` each, and with
-    ``blend_yaml`` ``out/blend.yaml`` blending them uniformly. ``allow_pickle``: unpickle every
-    part through the restricted unpickler on the way (checked, dtypes and shapes recorded; see
-    ``read_episode_wds``). ``force``: replace datasets already there.
+    ``blend_yaml`` ``out/blend.yaml`` blending them uniformly (per split the datasets have).
+    ``allow_pickle``: unpickle every part through the restricted unpickler on the way (checked,
+    dtypes and shapes recorded; see ``read_episode_wds``). ``writer_options`` go to each
+    ``EpisodeWriter`` (``force``, ``progress``, ``granularity``, ``shard_size``, ``split_ratio``...).
     """
     tasks = find_tasks(src)
     root = Path(out)
@@ -77,10 +76,7 @@ def import_episode_wds(
     for task in tasks:
         stream = read_task(task, allow_pickle=allow_pickle)
         target = root.joinpath(*task.names) if len(tasks) > 1 else root
-        writer = EpisodeWriter(
-            target, schema=stream.schema, source_files=stream.source_files, force=force, progress=progress,
-            num_workers=num_workers,
-        )
+        writer = EpisodeWriter(target, schema=stream.schema, source_files=stream.source_files, **writer_options)
         report = writer.write_stream(stream)
         _set_subflavors(target, task.subflavors)
         reports.append(report)
@@ -89,7 +85,7 @@ def import_episode_wds(
     written = None
     if blend_yaml:
         written = str(root / BLEND_YAML)
-        _write_atomic(root / BLEND_YAML, _blend_yaml(root, paths, flavors))
+        _write_atomic(root / BLEND_YAML, _blend_yaml(root, paths, flavors, [r.splits for r in reports]))
     return ImportReport(reports, flavors, written)
 
 
@@ -103,12 +99,25 @@ def _set_subflavors(dataset: Path, subflavors: Mapping[str, str]) -> None:
     _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
 
 
-def _blend_yaml(root: Path, datasets: Iterable[Path], subflavors: Iterable[Mapping[str, str]]) -> bytes:
-    blend = [
-        {"weight": 1, "path": os.path.relpath(p, root), "subflavors": dict(s)}
-        for p, s in zip(datasets, subflavors, strict=True)
-    ]
-    doc = {"__module__": "megatron.energon", "__class__": "MetadatasetV2", "splits": {"train": {"blend": blend}}}
+def _blend_yaml(
+    root: Path, datasets: list[Path], subflavors: list[dict[str, str]], splits: list[Mapping[str, int]]
+) -> bytes:
+    """A ``MetadatasetV2``: per split any dataset has, a ``blend`` of weight 1 per dataset that has it."""
+    names = list(dict.fromkeys(name for s in splits for name in s))
+    doc = {
+        "__module__": "megatron.energon",
+        "__class__": "MetadatasetV2",
+        "splits": {
+            name: {
+                "blend": [
+                    {"weight": 1, "path": os.path.relpath(p, root), "subflavors": dict(f)}
+                    for p, f, s in zip(datasets, subflavors, splits, strict=True)
+                    if name in s
+                ]
+            }
+            for name in names
+        },
+    }
     return yaml.safe_dump(doc, sort_keys=False).encode()
 
 
@@ -120,12 +129,12 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def export_episode_wds(
     dataset: str | os.PathLike[str], out: str | os.PathLike[str], *, compress: bool | None = None,
-    storage_options: dict[str, Any] | None = None,
+    force: bool = False, storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Write a prepared episode dataset (every split) back as the episode-frame layout into the
-    new folder ``out``; return the shard names. See ``write_episode_wds``."""
+    folder ``out``; return the shard names. See ``write_episode_wds``."""
     view = episodes(dataset, storage_options=storage_options)
-    return write_episode_wds(view.stream(), out, compress=compress)
+    return write_episode_wds(view.stream(), out, compress=compress, force=force)
 
 
 

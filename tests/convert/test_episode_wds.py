@@ -241,14 +241,31 @@ def test_episodes_of_other_code_are_written_as_new_shards(tmp_path: Path) -> Non
     assert sp.loads(back.source_files[f"shard-000000.tar.zst/{META_MEMBER}"]) == {"task": "reach"}
 
 
-def test_export_never_overwrites(task: Path, tmp_path: Path) -> None:
+def test_export_replaces_only_an_earlier_export_and_only_with_force(task: Path, tmp_path: Path) -> None:
+    from shardstore.errors import ConfigError, PathEscapeError
+
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "keep").write_text("x")
-    with pytest.raises(EpisodeFormatError, match="exists"):
+    with pytest.raises(ConfigError, match="not empty"):
         write_episode_wds(read_episode_wds(task), tmp_path / "out")
     assert (tmp_path / "out" / "keep").read_text() == "x"
-
-
+    write_episode_wds(read_episode_wds(task), tmp_path / "exp")
+    with pytest.raises(ConfigError, match="force"):
+        write_episode_wds(read_episode_wds(task), tmp_path / "exp")
+    assert write_episode_wds(read_episode_wds(task), tmp_path / "exp", compress=False, force=True) == [
+        "shard-000000.tar", "shard-000001.tar",
+    ]
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["shard-000000.tar", "shard-000001.tar"]
+    # a shard name from the dataset's own files never leaves OUT
+    stream = read_episode_wds(task)
+    shards = [{**sh, "name": "../escaped.tar"} if sh["name"] == "shard-000001.tar" else sh for sh in stream.schema.attrs["shards"]]
+    evil = Schema(stream.schema.fields, stream.schema.source_format, attrs={**stream.schema.attrs, "shards": shards})
+    eps = [e if e.source["shard"] != "shard-000001.tar" else
+           type(e)(e.index, e.steps, e.metadata, e.terminal, source={**e.source, "shard": "../escaped.tar"})
+           for e in stream.episodes]
+    with pytest.raises(PathEscapeError):
+        write_episode_wds(EpisodeStream(evil, eps), tmp_path / "evil")
+    assert not (tmp_path / "escaped.tar").exists() and not (tmp_path / "evil").exists()
 
 
 # ----- import into prepared datasets, export back ------------------------------------------------------
@@ -401,7 +418,8 @@ def test_cli_import_info_export(task: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert members(tmp_path / "back" / "shard-000000.tar") == members(task / "shard-000000.tar.zst")
     r = _cli("export", "episode-wds", tmp_path / "ds", tmp_path / "back")
-    assert r.exit_code == 1 and "exists" in r.output
+    assert r.exit_code == 1 and "--force" in r.output
+    assert _cli("export", "episode-wds", tmp_path / "ds", tmp_path / "back", "--force").exit_code == 0
 
 
 def test_cli_refused_pickle_names_the_place_and_writes_nothing(task: Path, tmp_path: Path) -> None:
