@@ -89,12 +89,12 @@ def pickle_globals(data: bytes) -> list[PickleGlobal]:
         for op, arg, pos in pickletools.genops(data):
             name = op.name
             if name == "GLOBAL":
-                module, _, attr = str(arg).partition(" ")
-                found.append(PickleGlobal(module, attr, pos or 0))
+                text, _, attr = str(arg).partition(" ")
+                found.append(PickleGlobal(text, attr, pos or 0))
                 stack.append(None)
             elif name == "STACK_GLOBAL":
-                module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else (None, None)
-                found.append(PickleGlobal(str(module), str(attr), pos or 0))
+                pair = (stack[-2], stack[-1]) if len(stack) >= 2 else (None, None)
+                found.append(PickleGlobal(str(pair[0]), str(pair[1]), pos or 0))
                 del stack[-2:]
                 stack.append(None)
             elif name in _STRING_OPS:

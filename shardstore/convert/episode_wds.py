@@ -519,7 +519,7 @@ def _step_parts(schema: Schema, episode: Episode, t: int, n: int) -> Iterable[tu
     for f in schema.fields:
         values = episode.steps[f.name]
         if f.kind == "media" and f.encoding == "pickle":
-            data = bytes(values[t])
+            data = bytes(values[t])  # type: ignore[arg-type]  # a media field: bytes per step
             if data:  # b"": the source step had no such part
                 out.append((str(f.attrs.get("part", f"{f.name}.pickle")), data))
         elif f.kind in ("array", "media", "text"):
