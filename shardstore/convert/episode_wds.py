@@ -54,6 +54,7 @@ from ..errors import (
     TarFormatError,
     TruncatedTarError,
 )
+from ..tarscan import REGULAR, iter_member_batches
 
 __all__ = [
     "FORMAT",
@@ -70,8 +71,10 @@ DONES = "dones"
 _SUFFIXES = (".tar.zst", ".tar")
 _DATA_TYPES = ("demos", "random")
 _CHUNK = 1 << 20
-#: What ``tarfile`` says when the data ends where a header or member data should be.
-_TRUNCATED = ("empty file", "unexpected end", "empty header", "truncated header")
+#: The walker's file size for a stream: its end is found by the end marker or a short read.
+_UNBOUNDED = 1 << 62
+#: Members walked (and so held in memory) at a time.
+_WALK_BATCH = 64
 
 
 # ----- where the shards are ------------------------------------------------------------------------
@@ -149,7 +152,6 @@ class _ZstdReader(io.RawIOBase):
         self._buf = b""
         self._consumed = 0
         self._in_frame = False
-        self.produced = 0  # decompressed bytes handed out so far
 
     def readable(self) -> bool:
         return True
@@ -167,7 +169,6 @@ class _ZstdReader(io.RawIOBase):
         n = min(len(b), len(self._buf))
         b[:n] = self._buf[:n]
         self._buf = self._buf[n:]
-        self.produced += n
         return n
 
     def _feed(self, chunk: bytes) -> bytes:
@@ -186,39 +187,65 @@ class _ZstdReader(io.RawIOBase):
         return b"".join(out)
 
 
-def _members(path: Path) -> Iterator[_Member]:
-    """The regular members of a shard in order, streamed (``.tar.zst`` decompressed on the way).
+class _Window:
+    """A forward-only stream read at offsets, as ``tarscan``'s walker reads a file: keeps the bytes
+    from ``start`` on (what the current batch of members spans) and reads more when asked.
 
-    Raises ``TruncatedTarError`` when the data ends inside a header or member, inside a zstd frame,
-    or before the tar's end marker (a zero block), so a cut shard never reads as a shorter one.
+    The walker asks only for bytes a whole tar has (headers up to the end marker, then data), so a
+    stream that ends first is a cut shard: ``TruncatedTarError`` at the offset asked for.
+    """
+
+    def __init__(self, stream: IO[bytes], path: str) -> None:
+        self._stream = stream
+        self._path = path
+        self._buf = bytearray()
+        self.start = 0
+
+    def read_at(self, offset: int, size: int) -> bytes:
+        want = offset + size - self.start
+        while len(self._buf) < want:
+            chunk = self._stream.read(max(_CHUNK, want - len(self._buf)))
+            if not chunk:
+                raise TruncatedTarError(
+                    "the shard ends inside a tar header or member, or before its end marker (truncated)",
+                    path=self._path, offset=offset,
+                )
+            self._buf += chunk
+        lo = offset - self.start
+        return bytes(self._buf[lo : lo + size])
+
+    def release(self, offset: int) -> None:
+        """Forget the bytes before ``offset``: nothing before it will be asked for again."""
+        del self._buf[: offset - self.start]
+        self.start = offset
+
+
+def _members(path: Path) -> Iterator[_Member]:
+    """The regular members of a shard in order, streamed (``.tar.zst`` decompressed on the way)
+    through ``tarscan``'s header walker, a few members at a time.
+
+    Raises ``TarFormatError`` for a corrupt header, ``TruncatedTarError`` when the data ends inside
+    a header or member, inside a zstd frame, or before the tar's end marker (a zero block), so a
+    cut shard never reads as a shorter one.
     """
     where = str(path)
     with open(path, "rb") as raw:
         zst = _ZstdReader(raw, where) if path.name.endswith(".zst") else None
-        fileobj: IO[bytes] = io.BufferedReader(zst, _CHUNK) if zst is not None else raw
-        offset = 0
-        try:
-            with tarfile.open(fileobj=fileobj, mode="r|") as tar:
-                for info in tar:
-                    offset = info.offset
-                    if not info.isfile():
-                        continue
-                    f = tar.extractfile(info)
-                    data = f.read() if f is not None else b""
-                    if len(data) != info.size:
-                        raise TruncatedTarError("the shard ends inside this member", path=where, member=info.name, offset=offset)
-                    yield _Member(info.name, info.offset, data)
-                end = tar.offset
-            if zst is not None:
-                while fileobj.read(_CHUNK):  # the rest of the stream: a truncated tail must still be seen
-                    pass
-            total = zst.produced if zst is not None else os.fstat(raw.fileno()).st_size
-        except tarfile.ReadError as e:
-            if any(why in str(e) for why in _TRUNCATED):
-                raise TruncatedTarError(f"the shard ends early ({e})", path=where, offset=offset) from e
-            raise TarFormatError(f"not a tar file: {e}", path=where, offset=offset) from e
-        if total - end < 512:  # tarfile stopped at the end of the data, not at an end-marker block
-            raise TruncatedTarError("the shard ends without the tar end marker (truncated)", path=where, offset=end)
+        stream: IO[bytes] = io.BufferedReader(zst, _CHUNK) if zst is not None else raw
+        window = _Window(stream, where)
+        for batch in iter_member_batches(window.read_at, _UNBOUNDED, where, _WALK_BATCH):
+            for m in batch.members():
+                if m.kind != REGULAR:
+                    continue
+                try:
+                    data = window.read_at(m.data_offset, m.size)
+                except TruncatedTarError:
+                    raise TruncatedTarError("the shard ends inside this member", path=where, member=m.name,
+                                            offset=m.header_offset) from None
+                yield _Member(m.name, m.header_offset, data)
+            window.release(batch.end)
+        while zst is not None and stream.read(_CHUNK):  # the rest of the stream: a cut tail must still be seen
+            pass
 
 
 # ----- members -> steps -> episodes ------------------------------------------------------------------
