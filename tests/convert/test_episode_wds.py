@@ -295,6 +295,14 @@ def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path
     names = export_episode_wds(tmp_path / "ds", tmp_path / "back")
     for name in names:
         assert members(tmp_path / "back" / name) == members(task / name)
+    # the samples decode like any dataset's pickle parts: only with the opt-in, through safepickle
+    from shardstore.errors import PickleNotAllowedError
+
+    with pytest.raises(PickleNotAllowedError):
+        shardstore.open(str(tmp_path / "ds"), decode=True)[0]
+    first = shardstore.open(str(tmp_path / "ds"), decode=True, allow_pickle=True)[0]
+    want = pickle.loads(dict(members(task / "shard-000000.tar.zst"))["frame_000.obs.pickle"])
+    assert first["obs.pickle"].dtype == np.uint8 and np.array_equal(first["obs.pickle"], want)
 
 
 def test_to_dict_decodes_pickles_only_with_the_opt_in(task: Path, tmp_path: Path) -> None:
