@@ -132,9 +132,15 @@ def export_episode_wds(
     force: bool = False, storage_options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Write a prepared episode dataset (every split) back as the episode-frame layout into the
-    folder ``out``; return the shard names. See ``write_episode_wds``."""
+    folder ``out``; return the shard names. See ``write_episode_wds``.
+
+    Episodes go out in the order of their numbers, which an import gave in source order; the
+    view's own order is by split (an import with ``split_ratio`` spreads them over splits).
+    """
     view = episodes(dataset, storage_options=storage_options)
-    return write_episode_wds(view.stream(), out, compress=compress, force=force)
+    stream = view.stream()
+    stream.episodes = (view[e] for e in sorted(range(len(view)), key=view.number))
+    return write_episode_wds(stream, out, compress=compress, force=force)
 
 
 
