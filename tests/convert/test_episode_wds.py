@@ -330,6 +330,8 @@ def test_to_dict_decodes_pickles_only_with_the_opt_in(task: Path, tmp_path: Path
     assert np.array_equal(d["obs"], np.stack(frames))
     assert d["dones"].tolist() == [False, False, True, False, False, False, False, True]
     assert d["acts"].shape == (8, 2) and np.array_equal(d["next_obs"][:-1][d["dones"][:-1] == 0], d["obs"][1:][d["dones"][:-1] == 0])
+    sliced = view.to_dict(episodes=slice(3, None), allow_pickle=True)
+    assert all(np.array_equal(sliced[k], d[k]) for k in d)
     everything = view.to_dict(allow_pickle=True)
     assert len(everything["dones"]) == 19 and int(everything["dones"].sum()) == 5
 
