@@ -298,6 +298,13 @@ def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path
         for f in ("acts", "dones", "obs", "next_obs", "rews"):
             assert step[f] == shard_members[f"{key}.{f}.pickle"]
         assert bool(step["is_last"]) == (t == view.lengths[e] - 1)
+    for e in rng.permutation(len(view)).tolist():  # whole episodes, in random order
+        episode = view[e]
+        source = episode.source
+        shard_members = dict(members(task / source["shard"]))
+        for f in ("acts", "dones", "frame", "next_obs", "obs", "rews"):
+            assert episode.steps[f] == [shard_members[f"{key}.{f}.pickle"] for key in source["keys"]]
+        assert episode.terminal and episode.metadata == {}
     assert len(src) > 0
     assert view.source_file(f"shard-000000.tar.zst/{META_MEMBER}") == dict(members(task / "shard-000000.tar.zst"))[META_MEMBER]
     meta_yaml = (tmp_path / "ds" / ".nv-meta" / "dataset.yaml").read_text()
