@@ -1,6 +1,6 @@
 """Shards of the episode-frame WebDataset layout, written as the imitation-learning research code
 writes them (webdataset's ``TarWriter``, ``_metadata.meta.pickle`` first, then
-``frame_NNN.<part>.pickle`` per step): the sources of the tests and of tools/bench/episode_wds.py.
+``frame_NNN.<part>.pickle`` per step): the sources of the tests and of ``tools/bench/episodes.py --episode-wds``.
 
     python tools/make_episode_wds.py OUT --tasks 3 --episodes 20 --steps 50 [--zstd]
 """
