@@ -2,7 +2,7 @@
 minari on the source, in one run (DESIGN.md section 9: step >= 5x h5py, 16-step window >= 3x h5py
 slices, episode >= 2x minari).
 
-The source is written by minari itself (``create_dataset_from_buffers``, HDF5): ``--episodes`` x
+The source is written by minari itself (tools/make_minari.py, HDF5): ``--episodes`` x
 ``--steps`` (default 1,000 x 200) with a Dict observation of an image-like uint8 array
 (``--image``, default 16x16x3, kept raw: minari JPEG-encodes only images of 32x32 and more) and a
 float32 vector, a float32 action. Then, warm page cache, one thread, fixed seed:
@@ -12,7 +12,8 @@ float32 vector, a float32 action. Then, warm page cache, one thread, fixed seed:
   of the same steps from the source file, kept open;
 - random 16-step window: ``view.window(e, t, after=15)`` vs h5py slices ``[t:t+16]`` of each field;
 - random episode: ``view[e]`` (all fields stacked, metadata) vs minari's own
-  ``dataset.sample_episodes(n)`` (batches of 32) and ``dataset[e]``.
+  ``dataset.sample_episodes(n)`` (batches of 32) and ``dataset[e]``; also ``view[e]`` of a second
+  import with ``granularity="episode"`` (one sample per episode).
 
 Each reader is checked to return the same arrays as h5py on a prefix before timing. Loops run
 ``--repeat`` times interleaved; the best run is kept in wall-clock and CPU time.
@@ -37,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import numpy as np  # noqa: E402
 
@@ -46,34 +48,12 @@ TARGETS = {"step": 5.0, "window": 3.0, "episode": 2.0}
 
 
 def make_source(root: Path, episodes: int, steps: int, image: tuple[int, ...]) -> str:
-    """The Minari dataset ``bench/episodes-v0`` under ``root`` (reused when it is there)."""
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    dataset_id = f"bench/e{episodes}-s{steps}-i{'x'.join(map(str, image))}-v0"
-    if (root / dataset_id / "data" / "metadata.json").exists():
-        return dataset_id
-    import gymnasium as gym
-    import minari
-    from minari.data_collector import EpisodeBuffer
+    """The Minari dataset of this size under ``root`` (``tools/make_minari.py``; reused when there)."""
+    from make_minari import make_minari
 
-    rng = np.random.default_rng(SEED)
-    obs_space = gym.spaces.Dict({
-        "image": gym.spaces.Box(0, 255, image, np.uint8),
-        "vector": gym.spaces.Box(-np.inf, np.inf, (8,), np.float32),
-    })
-    act_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
-    buffers = []
-    for i in range(episodes):
-        term = np.zeros(steps, bool)
-        term[-1] = i % 2 == 0
-        buffers.append(EpisodeBuffer(
-            id=i, seed=i,
-            observations={"image": rng.integers(0, 256, (steps + 1, *image), dtype=np.uint8),
-                          "vector": rng.standard_normal((steps + 1, 8), dtype=np.float32)},
-            actions=rng.uniform(-1, 1, (steps, 4)).astype(np.float32),
-            rewards=rng.standard_normal(steps), terminations=term, truncations=~term & (np.arange(steps) == steps - 1),
-        ))
-    minari.create_dataset_from_buffers(dataset_id, buffers, observation_space=obs_space, action_space=act_space,
-                                       algorithm_name="random", jpeg_encoding=False)
+    dataset_id = f"bench/e{episodes}-s{steps}-i{'x'.join(map(str, image))}-v0"
+    make_minari(root, dataset_id, episodes, steps, image)
+    os.environ["MINARI_DATASETS_PATH"] = str(root.resolve())  # for minari.load_dataset and the import by id
     return dataset_id
 
 
@@ -119,9 +99,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     imp["steps_per_s"] = report.steps / imp["wall_s"]
     log(f"import: {report.steps} steps in {imp['wall_s']:.1f} s = {imp['steps_per_s']:,.0f} steps/s; "
         f"{report.bytes / 1e6:.0f} MB of shards from {imp['source_bytes'] / 1e6:.0f} MB of HDF5")
-    warm([store, src_dir])
+    per_episode = data / "store" / (dataset_id.replace("/", "_") + "-per-episode")
+    shutil.rmtree(per_episode, ignore_errors=True)
+    w0 = time.perf_counter()
+    import_minari(dataset_id, per_episode, force=True, granularity="episode")
+    imp["per_episode_steps_per_s"] = report.steps / (time.perf_counter() - w0)
+    warm([store, per_episode, src_dir])
 
     view = shardstore.episodes(str(store))
+    view_ep = shardstore.episodes(str(per_episode))
     mds = minari.load_dataset(dataset_id)
     f = h5py.File(src_dir / "data" / "main_data.hdf5", "r")
     names = {"observations/image": "observations.image", "observations/vector": "observations.vector"}
@@ -150,9 +136,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for k in FIELDS:
             assert ours[names.get(k, k)][: len(theirs[k])].tobytes() == theirs[k].tobytes(), (k, e, t)
     for e in eps[:10]:
-        ours_ep, theirs_ep = view[e], mds[number[e]]
-        assert ours_ep.steps["observations.image"].tobytes() == theirs_ep.observations["image"].tobytes()
-        assert ours_ep.steps["actions"].tobytes() == theirs_ep.actions.tobytes()
+        theirs_ep = mds[number[e]]
+        for ours_ep in (view[e], view_ep[e]):
+            assert ours_ep.steps["observations.image"].tobytes() == theirs_ep.observations["image"].tobytes()
+            assert ours_ep.steps["actions"].tobytes() == theirs_ep.actions.tobytes()
     log("readers agree")
 
     def loop(fn: Callable[..., Any], items: list[Any]) -> Callable[[], int]:
@@ -175,6 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("window", "shardstore"): loop(lambda e, t: view.window(e, t, after=15), wins),
         ("window", "h5py"): loop(h5_window, wins),
         ("episode", "shardstore"): loop(view.__getitem__, eps),
+        ("episode", "shardstore_per_episode"): loop(view_ep.__getitem__, eps),
         ("episode", "minari"): minari_batches,
         ("episode", "minari_getitem"): loop(lambda e: mds[number[e]], eps),
     }
@@ -196,8 +184,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         summary["ratios"][figure] = {"vs": peer, "wall": ratio, "cpu": cpu_ratio, "target": TARGETS[figure]}
         log(f"{figure:8} shardstore {ours['us_per_item']:8.1f} us  {peer} {theirs['us_per_item']:8.1f} us  "
             f"-> {ratio:5.1f}x wall, {cpu_ratio:5.1f}x CPU (target {TARGETS[figure]}x)")
-    g = results["episode"]["minari_getitem"]
-    log(f"episode  minari dataset[e] {g['us_per_item']:8.1f} us")
+    for who in ("shardstore_per_episode", "minari_getitem"):
+        g = results["episode"][who]
+        log(f"episode  {who} {g['us_per_item']:8.1f} us")
     return summary
 
 
@@ -284,7 +273,7 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=1000)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--image", type=int, nargs="+", default=[16, 16, 3], help="Shape of the uint8 observation.")
-    p.add_argument("--samples", type=int, default=20000, help="Random steps and windows per run.")
+    p.add_argument("--samples", type=int, default=10000, help="Random steps and windows per run.")
     p.add_argument("--episode-samples", type=int, default=640, help="Random episodes per run.")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", default=None, help="Write the figures as JSON here.")
