@@ -374,8 +374,9 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     from .inspection import info
 
     s = info(path, storage_options=storage_options)
+    layout = _episode_wds_summary(path, storage_options)
     if as_json:
-        echo_json(s.to_dict())
+        echo_json({**s.to_dict(), **layout})
         return
     if s.index_format == "jsonl":
         kind = "JSONL (crude: one JSON object per line, part json)"
@@ -411,7 +412,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
         source = f"{ep['source_format']} {ep['source_version']}".strip() or "written by EpisodeWriter"
         rows.append(("episodes", f"{ep['episodes']} ({_plural(ep['steps'], 'step')}, one sample per {ep['granularity']}; source: {source})"))
     click.echo(s.url)
-    for label, value in rows:
+    for label, value in rows + _episode_wds_rows(layout):
         click.echo(f"  {label:<12} {value}")
 
 
@@ -861,6 +862,94 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
     )
     echo_episode_report(report, "Exported", as_json, quiet)
 
+
+# ----- the episode-frame WebDataset layout (issue 14) ----------------------------------------------
+def _episode_wds_summary(path: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+    """``info``'s extra lines for an episode-frame import ({} for other datasets and metadatasets)."""
+    from .convert.episode_wds_import import source_summary
+
+    return source_summary(path, storage_options)
+
+
+def _episode_wds_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    if not summary:
+        return []
+    s = summary["episode_wds"]
+    rows = [("subflavors", ", ".join(f"{k}={v}" for k, v in s["subflavors"].items()) or "none")]
+    for i, (shard, names) in enumerate(s["metadata_classes"].items()):
+        label = "pickled" if i == 0 else ""
+        rows.append((label, f"{shard}: _metadata.meta.pickle names {', '.join(names) or 'no foreign class'} (not loaded)"))
+    return rows
+
+
+@import_group.command("episode-wds")
+@click.argument("src", type=click.Path(exists=True))
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--blend-yaml", is_flag=True, help="For a root of several tasks: also write OUT/blend.yaml blending them uniformly.")
+@click.option("--allow-pickle", is_flag=True,
+              help="Unpickle every part on the way (numpy and builtins only): checks them and records dtypes and shapes.")
+@episode_writer_options
+@handle_errors
+def import_episode_wds_command(
+    src: str, out: str, blend_yaml: bool, allow_pickle: bool, granularity: str, shard_size: int,
+    split_ratio: str | None, force: bool, progress: bool, as_json: bool, quiet: bool,
+) -> None:
+    """Import the episode-frame WebDataset layout of imitation-learning research (frame_NNN.<part>.pickle
+    steps after a _metadata.meta.pickle member; .tar or .tar.zst): one prepared episode dataset per task.
+
+    SRC is a shard, a folder of shards, or a root of <demos|random>/<benchmark>/<task>/ folders (then
+    OUT/<demos|random>/<benchmark>/<task>/ each). Parts keep their pickle bytes; pickles are never
+    loaded except `dones` (through the restricted unpickler) unless --allow-pickle.
+
+    \b
+    Example:
+      shardstore import episode-wds ./il-data ./il-ds --blend-yaml
+    """
+    from .convert.episode_wds_import import import_episode_wds
+    from .prepare import _sigterm_unwinds
+
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_episode_wds)(src, out, blend_yaml=blend_yaml, allow_pickle=allow_pickle, **kwargs)
+    if as_json:
+        echo_json(report.to_dict())
+        return
+    for r in report.datasets:
+        echo_episode_report(r, "Imported", False, quiet)
+    if report.blend_yaml and not quiet:
+        click.echo(f"Wrote {report.blend_yaml}: blends {_plural(len(report.datasets), 'task')} uniformly")
+
+
+@export_group.command("episode-wds")
+@click.argument("dataset")
+@click.argument("out", type=click.Path())
+@click.option("--compress/--no-compress", default=None,
+              help="Write .tar.zst (or .tar) shards; default: as the source was (new shards: .tar).")
+@click.option("--force", is_flag=True, help="Replace the shards of an earlier export at OUT.")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_episode_wds_command(
+    dataset: str, out: str, compress: bool | None, force: bool, storage_options: dict[str, Any] | None,
+    quiet: bool, as_json: bool,
+) -> None:
+    """Export an episode dataset as the episode-frame WebDataset layout into the folder OUT.
+
+    An import comes back member for member (metadata first, the same names and bytes, zstd where the
+    source was); other episode datasets become new frame_NNN shards of pickled arrays.
+
+    \b
+    Example:
+      shardstore export episode-wds ./il-ds/demos/magical/MoveToCorner ./il-back
+    """
+    from .convert.episode_wds_import import export_episode_wds
+    from .prepare import _sigterm_unwinds
+
+    names = _sigterm_unwinds(export_episode_wds)(dataset, out, compress=compress, force=force, storage_options=storage_options)
+    if as_json:
+        echo_json({"out": out, "shards": names})
+    elif not quiet:
+        click.echo(f"{out}: {_plural(len(names), 'shard')}")
 
 if __name__ == "__main__":
     main()

@@ -5,7 +5,9 @@ The extension of a part is the last dotted component of its name, lower-cased (`
 ``png``), as webdataset (and so Energon) decides it. Decoders: json, txt (str), cls (int),
 npy/npz (numpy, ``allow_pickle=False``), images (numpy arrays via Pillow, the ``images`` extra),
 msgpack; videos and unknown extensions stay bytes. Pickle runs code from the data, so ``pickle``,
-``pyd`` and ``pkl`` parts decode only with ``allow_pickle=True``.
+``pyd`` and ``pkl`` parts decode only with ``allow_pickle=True``, and then through the restricted
+unpickler of ``safepickle`` (numpy arrays, scalars, dtypes and builtin types; anything else is
+refused by name). A caller who trusts more passes its own decoder: ``decode={"pickle": pickle.loads}``.
 
 A field map (Energon's syntax: ``{"image": "jpg,png", "caption": "json[meta][0]"}``) picks values
 out of the decoded parts and builds the typed sample of ``shardstore.samples``.
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import pickle
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import safepickle
 from .errors import ConfigError, DecodeError, MissingExtraError, PickleNotAllowedError, ShardstoreError
 from .loaders import DatasetCode, refuse_dataset_code
 from .samples import BaseSample, Sample, SourceInfo, own_fields, sample_class
@@ -118,7 +120,7 @@ DEFAULT_DECODERS: dict[str, Decoder] = {
     **dict.fromkeys(_IMAGE_EXTENSIONS, _image),
     **dict.fromkeys(_VIDEO_EXTENSIONS, _bytes),
 }
-#: Extensions that need ``pickle.loads``: decoded only when ``allow_pickle=True``.
+#: Extensions that need unpickling: decoded only when ``allow_pickle=True`` (by ``safepickle.loads``).
 PICKLE_EXTENSIONS = frozenset({"pickle", "pyd", "pkl"})
 
 
@@ -140,7 +142,7 @@ def _decoder(part: str, custom: Mapping[str, Decoder | None] | None, allow_pickl
                 "pass allow_pickle=True if you trust this dataset",
                 member=part,
             )
-        return pickle.loads
+        return safepickle.loads
     return DEFAULT_DECODERS.get(ext)
 
 
@@ -167,7 +169,9 @@ def decode_part(
         return data
     try:
         return fn(data)
-    except ShardstoreError:
+    except ShardstoreError as e:
+        if e.path is None and e.member is None:  # a decoder's own error learns where it happened
+            raise type(e)(e.detail, path=where, member=member, offset=e.offset) from None
         raise
     except Exception as e:  # noqa: BLE001 - any decoder failure becomes one typed error
         raise DecodeError(f"cannot decode as .{extension(part)}: {type(e).__name__}: {e}", path=where, member=member) from e

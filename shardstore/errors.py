@@ -29,6 +29,7 @@ __all__ = [
     "LinkLoopWarning",
     "PrepareLockedError",
     "place_message",
+    "UnsafePickleError",
 ]
 
 
@@ -172,3 +173,6 @@ class LinkLoopWarning(UserWarning):
 
 class PrepareLockedError(ShardstoreError, BlockingIOError):
     """Another prepare holds this dataset's lock (``.nv-meta.lock``); the message names its process."""
+class UnsafePickleError(PickleNotAllowedError):
+    """A pickle (decoded with the opt-in) names a class or function outside numpy's arrays, scalars
+    and dtypes and Python's builtin types; the message names it. Nothing it names was called."""

@@ -41,6 +41,7 @@ STAGES = {
     "snapshot": 3,  # a reader pinned to one index generation
     "samples": 3,
     "decode": 3,
+    "safepickle": 2,  # the restricted unpickler (decode's pickle opt-in, the episode-frame layout)
     "sharding": 3,
     "media": 3,  # media metadata probes and tables: used by scan (4), read by dataset and the stores
     "loaders": 3,  # a dataset's own sample_loader, run by decode on request

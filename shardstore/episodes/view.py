@@ -14,15 +14,22 @@ bytes, text as ``str``. Steps and windows also carry the flags ``is_first``, ``i
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
-from .. import nvmeta
+from .. import nvmeta, safepickle
 from ..dataset import Dataset, ShardRef
 from ..dataset import open as open_dataset
-from ..errors import DatasetNotPreparedError, SampleNotFoundError, StorageError
+from ..errors import (
+    DatasetNotPreparedError,
+    DecodeError,
+    PickleNotAllowedError,
+    SampleNotFoundError,
+    ShardstoreError,
+    StorageError,
+)
 from ..keys import split_name
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
@@ -36,6 +43,8 @@ _META = nvmeta.META_DIR
 #: Header bytes of a step key ``e{8 digits}_s{6 digits}``: the first 11 (``e########_s``) are the
 #: same in every sample of an episode, the next 6 (the step) differ.
 _KEY_FIXED, _KEY_LEN = 11, 17
+#: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
+DICT_KEYS = ("obs", "next_obs", "acts", "dones")
 
 
 class Episodes:
@@ -322,6 +331,81 @@ class Episodes:
         files = {rel: self.source_file(rel) for rel in self.source_files()}
         order = np.argsort(self._number, kind="stable").tolist()
         return EpisodeStream(self.schema, (self[e] for e in order), len(self), files, self.total_steps)
+
+    # ----- the dict view of imitation-learning research (the episode-frame layout) -------------------
+    def to_dict(
+        self, episodes: Sequence[int] | slice | None = None, *, allow_pickle: bool = False
+    ) -> dict[str, np.ndarray]:
+        """``{"obs", "next_obs", "acts", "dones"}``: each an array over the steps of the chosen
+        episode positions (default all) concatenated in order, as the research code's
+        ``load_dataset_dict`` returns small datasets; ``dones`` cuts them back into trajectories.
+
+        Fields by those names; else ``observations`` with its ``steps+1`` row (``obs`` its first
+        ``n`` rows, ``next_obs`` its last ``n``) and ``actions``; without ``dones``, true at each
+        episode's last step. Array fields are used as stored; pickled ones (an episode-frame import)
+        only with ``allow_pickle=True``, through the restricted unpickler (``safepickle``). Raises
+        ``PickleNotAllowedError``, ``UnsafePickleError`` or ``DecodeError`` naming episode, field
+        and step, ``KeyError`` for a field the dataset lacks.
+        """
+        if isinstance(episodes, slice):
+            chosen: Sequence[int] = range(len(self))[episodes]
+        else:
+            chosen = range(len(self)) if episodes is None else episodes
+        rows: dict[str, list[np.ndarray]] = {k: [] for k in DICT_KEYS}
+        for e in chosen:
+            episode = self[e]
+            n = int(self._steps[self._e(e)])
+            for key, values in self._dict_rows(episode, n, allow_pickle).items():
+                rows[key].append(values)
+        return {k: np.concatenate(v) if v else np.empty(0) for k, v in rows.items()}
+
+    def _dict_rows(self, episode: Episode, n: int, allow_pickle: bool) -> dict[str, np.ndarray]:
+        names = self.schema.names
+
+        def field(name: str) -> np.ndarray:
+            return self._as_array(episode, name, allow_pickle)
+
+        if "obs" in names:
+            obs = field("obs")
+            next_obs = field("next_obs") if "next_obs" in names else None
+        elif "observations" in names:
+            obs = field("observations")
+            obs, next_obs = (obs[:n], obs[1:]) if self.schema["observations"].rows == "steps+1" else (obs, None)
+        else:
+            raise KeyError("the dataset has neither an 'obs' nor an 'observations' field")
+        if next_obs is None:
+            raise KeyError("the dataset has no 'next_obs' field nor an 'observations' field with the final row")
+        acts = field("acts") if "acts" in names else field("actions") if "actions" in names else None
+        if acts is None:
+            raise KeyError("the dataset has neither an 'acts' nor an 'actions' field")
+        if "dones" in names:
+            dones = field("dones").astype(bool).reshape(n)
+        else:
+            dones = np.zeros(n, dtype=bool)
+            dones[-1:] = True
+        return {"obs": obs, "next_obs": next_obs, "acts": acts, "dones": dones}
+
+    def _as_array(self, episode: Episode, name: str, allow_pickle: bool) -> np.ndarray:
+        f = self.schema[name]
+        values = episode.steps[name]
+        if f.kind == "array":
+            return values  # type: ignore[return-value]
+        where = f"episode {episode.index}, field {name!r}"
+        if f.kind != "media" or f.encoding != "pickle":
+            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where)
+        if not allow_pickle:
+            raise PickleNotAllowedError(
+                "pickled steps (an episode-frame import): to_dict(allow_pickle=True) decodes them through "
+                "the restricted unpickler (numpy and builtins only)",
+                path=self.dataset.url, member=where,
+            )
+        out = []
+        for t, data in enumerate(values):
+            try:
+                out.append(np.asarray(safepickle.loads(bytes(data))))  # type: ignore[arg-type]
+            except ShardstoreError as err:
+                raise type(err)(err.detail, path=self.dataset.url, member=f"{where}, step {t}") from None
+        return np.stack(out) if out else np.empty((0, *f.shape), dtype=np.dtype(f.dtype or "u1"))
 
     def __repr__(self) -> str:
         return f"Episodes({self.dataset.url!r}, split={self.dataset.split!r}, episodes={len(self)}, granularity={self.granularity!r})"

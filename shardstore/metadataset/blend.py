@@ -246,36 +246,56 @@ def open_metadataset(yaml_path: str, split: str = "train", **reader_options: Any
 class Interleaved:
     """Samples of several datasets, each next one from a source drawn at random (``interleave``)."""
 
-    def __init__(self, datasets: Sequence[Any], weights: Sequence[float] | None, seed: int, longest: bool) -> None:
+    def __init__(self, datasets: Sequence[Any], weights: Sequence[float] | None, seed: int, longest: bool,
+                 restart: bool = False, nominal_length: int | None = None) -> None:
         if not datasets:
             raise ConfigError("interleave needs at least one dataset", member="datasets")
         if weights is not None and (len(weights) != len(datasets) or any(w < 0 for w in weights) or sum(weights) <= 0):
             raise ConfigError("weights must be one non-negative number per dataset, not all 0", member="weights")
+        if nominal_length is not None and nominal_length < 0:
+            raise ConfigError("nominal_length must be a non-negative number of samples", member="nominal_length")
         self.datasets = list(datasets)
         self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(datasets)
         self.seed = seed
         self.longest = longest
+        self.restart = restart
+        self.nominal_length = nominal_length
+
+    def __len__(self) -> int:
+        """``nominal_length``: the samples of one pass over all readers (a restarting interleave has
+        no length of its own). Raises ``TypeError`` without it, as an endless iterable does."""
+        if self.nominal_length is None:
+            raise TypeError("this interleave has no length: pass nominal_length=")
+        return self.nominal_length
 
     def iter(self, *, shuffle: bool = False, rank: int = 0, world_size: int = 1,
              worker_id: int | None = None, num_workers: int | None = None) -> Iterator[Any]:
-        """Draw a source per sample; ``Dataset`` sources are partitioned over ranks x workers."""
+        """Draw a source per sample; ``Dataset`` sources are partitioned over ranks x workers; with
+        ``nominal_length`` this reader yields its share of it (the readers' shares add up to it)."""
         reader = _Reader.make(self.seed, shuffle, rank, world_size, worker_id, num_workers)
         streams = [self._stream(k, d, reader) for k, d in enumerate(self.datasets)]
-        for k, sample in _weighted(streams, self.weights, reader.rng(2), self.longest):
+        draws: Iterator[tuple[int, Any]] = _weighted(streams, self.weights, reader.rng(2), self.longest)
+        if self.nominal_length is not None:
+            share = self.nominal_length // reader.count + (1 if reader.index < self.nominal_length % reader.count else 0)
+            draws = itertools.islice(draws, share)
+        for k, sample in draws:
             if isinstance(sample, dict):
                 sample = MetaSample(sample)
                 sample["__source__"] = k
             yield sample
 
-    @staticmethod
-    def _stream(k: int, d: Any, reader: _Reader) -> Iterator[Any]:
+    def _stream(self, k: int, d: Any, reader: _Reader) -> Iterator[Any]:
         if not isinstance(d, Dataset):
-            return iter(d)
-        slots = list(reader.plan(len(d), d.excluded_positions(), 10 + k, 0).positions())
+            return _restarted(d) if self.restart else iter(d)
+        skipped = d.excluded_positions()
+        if self.restart:  # pass after pass, each in a fresh seeded order when shuffled
+            slots: Iterator[int] = _cycle(len(d), skipped, reader, 10 + k, 0, None)
+        else:
+            slots = iter(reader.plan(len(d), skipped, 10 + k, 0).positions())
 
         def read() -> Iterator[Any]:
-            for lo in range(0, len(slots), 32):
-                yield from d.get_many(slots[lo : lo + 32])
+            while chunk := list(itertools.islice(slots, 32)):
+                yield from d.get_many(chunk)
 
         return read()
 
@@ -283,12 +303,28 @@ class Interleaved:
         return self.iter()
 
 
+def _restarted(iterable: Any) -> Iterator[Any]:
+    """``iterable`` over and over (``iter()`` again each time it runs out); ends if a pass is empty,
+    so an iterator (which cannot start over) ends after its one pass."""
+    while True:
+        empty = True
+        for item in iterable:
+            empty = False
+            yield item
+        if empty:
+            return
+
+
 def interleave(datasets: Sequence[Any], weights: Sequence[float] | None = None, seed: int = 0,
-               longest: bool = False) -> Interleaved:
+               longest: bool = False, restart: bool = False, nominal_length: int | None = None) -> Interleaved:
     """Multiplex datasets: each next sample comes from a source drawn at random (uniform by default).
 
     ``datasets`` are ``Dataset``s (read in order, partitioned over ranks x workers) or any iterables.
-    Stops when the first source runs out, or with ``longest=True`` when the last does. Dict samples
-    get ``__source__``: the index of their dataset.
+    Stops when the first source runs out, or with ``longest=True`` when the last does. With
+    ``restart=True`` an exhausted source starts over instead (a ``Dataset`` in a fresh seeded order
+    when shuffled, an iterable by ``iter()`` again), so every draw stays uniform over the sources,
+    as the multitask loader of imitation-learning research (``InterleavedDataset``) did; it then runs
+    forever unless ``nominal_length`` (samples over all readers) ends it, which is also its ``len()``.
+    Dict samples get ``__source__``: the index of their dataset.
     """
-    return Interleaved(datasets, weights, seed, longest)
+    return Interleaved(datasets, weights, seed, longest, restart, nominal_length)

@@ -19,6 +19,9 @@ Each reader is checked to return the same arrays as h5py on a prefix before timi
 ``--repeat`` times interleaved; the best run is kept in wall-clock and CPU time.
 
 Example: /work/main/.venv/bin/python tools/bench/episodes.py --episodes 100 --steps 50 --samples 2000
+
+``--episode-wds`` measures the episode-frame WebDataset layout instead (``run_episode_wds``):
+/work/main/.venv/bin/python tools/bench/episodes.py --episode-wds --episodes 100 --steps 200 --image 3 32 32 --samples 2000
 """
 
 from __future__ import annotations
@@ -187,6 +190,83 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+# ----- the episode-frame WebDataset layout (issue 14): --episode-wds ------------------------------------
+def run_episode_wds(args: argparse.Namespace) -> dict[str, Any]:
+    """Random step access after ``import episode-wds`` against the research loader's only way to
+    reach step ``t`` (iterating the ``.tar.zst`` from the start with webdataset, raw bytes, no
+    unpickling: a lower bound of what it pays), and the import's speed.
+
+    Source: one task, ``--episodes`` x ``--steps`` in one ``.tar.zst`` shard written as the research
+    code writes it (tools/make_episode_wds.py: ``TarWriter``, 7 pickled parts per step, ``--image``
+    the uint8 observation shape), kept under ``--data`` and reused. Import best of ``--repeat`` (wall,
+    and CPU of this process and its prepare workers); ``--samples`` random ``view.step(e, t)``;
+    ``--seq-accesses`` random steps reached through ``WebDataset("pipe:zstd -dc shard.tar.zst")``.
+    Both ways are checked to give the same bytes for the steps timed.
+    """
+    import random
+    import resource
+    import statistics
+
+    import webdataset as wds
+
+    import shardstore
+    from shardstore.convert.episode_wds_import import import_episode_wds
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from make_episode_wds import rollouts, write_shard
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    data, obs = Path(args.data), tuple(args.image)
+    folder = data / "episode-wds" / f"e{args.episodes}_s{args.steps}_o{'x'.join(map(str, obs))}" / "demos" / "bench" / "task"
+    shard = folder / "shard-000000.tar.zst"
+    if not shard.exists():
+        tmp = shard.with_name(".partial.tar.zst")
+        write_shard(tmp, {"benchmark_name": "bench"}, rollouts(np.random.default_rng(SEED), [args.steps] * args.episodes, obs))
+        os.replace(tmp, shard)
+    out = data / "episode-wds-store"
+    runs = []
+    for _ in range(args.repeat):
+        shutil.rmtree(out, ignore_errors=True)
+        c0, w0 = cpu(), time.perf_counter()
+        report = import_episode_wds(folder, out, num_workers=1).datasets[0]
+        runs.append((time.perf_counter() - w0, cpu() - c0))
+    wall, cpu_s = min(runs)
+    imp = {"steps": report.steps, "wall_s": wall, "cpu_s": cpu_s, "steps_per_s": report.steps / wall,
+           "steps_per_cpu_s": report.steps / cpu_s, "store_bytes": report.bytes, "source_bytes": shard.stat().st_size}
+
+    view = shardstore.episodes(out)
+    rng = random.Random(SEED)
+    pairs = [(rng.randrange(len(view)), rng.randrange(args.steps)) for _ in range(args.samples)]
+    for e, t in pairs[:50]:
+        view.step(e, t)
+    times = []
+    for e, t in pairs:
+        w0 = time.perf_counter()
+        view.step(e, t)
+        times.append(time.perf_counter() - w0)
+    rand = {"accesses": len(pairs), "median_us": 1e6 * statistics.median(times), "mean_us": 1e6 * statistics.fmean(times)}
+
+    targets = [rng.randrange(len(view) * args.steps) for _ in range(args.seq_accesses)]
+    seq_times = []
+    for target in targets:
+        w0 = time.perf_counter()
+        frames = (s for s in wds.WebDataset(f"pipe:zstd -dc {shard}", shardshuffle=False, empty_check=False)
+                  if s["__key__"] != "_metadata")
+        sample = next(s for i, s in enumerate(frames) if i == target)
+        seq_times.append(time.perf_counter() - w0)
+        step = view.step(target // args.steps, target % args.steps)  # the same bytes both ways
+        assert all(step[k.removesuffix(".pickle")] == v for k, v in sample.items() if not k.startswith("__")), target
+    seq = {"accesses": len(targets), "mean_target_step": statistics.fmean(targets),
+           "mean_s": statistics.fmean(seq_times), "median_s": statistics.median(seq_times)}
+    summary = {"import": imp, "random_step": rand, "sequential_webdataset": seq,
+               "ratio_of_means": seq["mean_s"] / (rand["mean_us"] / 1e6), "load": os.getloadavg(), "args": vars(args)}
+    print(json.dumps(summary, indent=2, default=float), file=sys.stderr)
+    return summary
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="/work/bench-data/episodes", help="Folder for the source and the store.")
@@ -197,8 +277,11 @@ def main() -> None:
     p.add_argument("--episode-samples", type=int, default=640, help="Random episodes per run.")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", default=None, help="Write the figures as JSON here.")
+    p.add_argument("--episode-wds", action="store_true",
+                   help="The episode-frame WebDataset layout's figures instead (run_episode_wds).")
+    p.add_argument("--seq-accesses", type=int, default=10, help="--episode-wds: steps reached through webdataset.")
     args = p.parse_args()
-    summary = run(args)
+    summary = run_episode_wds(args) if args.episode_wds else run(args)
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2, default=float) + "\n")
 

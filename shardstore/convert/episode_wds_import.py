@@ -1,0 +1,158 @@
+"""``shardstore import episode-wds`` and ``export episode-wds``: the episode-frame layout into
+prepared datasets, one per task, and back.
+
+A root of several tasks (``<demos|random>/<benchmark>/<task>/``) becomes one dataset per task at
+the same relative path under OUT, since the research loader kept them apart too and blended them
+per draw. ``blend_yaml=True`` also writes ``OUT/blend.yaml``: an Energon ``MetadatasetV2`` whose
+``blend`` gives every task weight 1 (a uniform draw per sample, sources repeating forever, seeded
+per rank and worker) with its subflavors; ``shardstore.open_metadataset`` and Energon both read it.
+``shardstore.interleave(..., restart=True)`` is the same blend in Python.
+
+Data type, benchmark and task are each dataset's ``subflavors`` in its ``dataset.yaml`` (Energon
+passes them to ``CrudeWebdataset`` and every sample's ``__subflavors__``; shardstore too). Each
+dataset is written and prepared in a staging folder and moved into place whole (``EpisodeWriter``);
+``dataset.yaml`` and ``blend.yaml`` are replaced atomically.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import nvmeta
+from ..episodes import EpisodeWriter, WriteReport, episodes
+from ..episodes.index import SCHEMA_JSON
+from ..episodes.model import Schema
+from ..errors import ConfigError, StorageError
+from ..storage import open_storage
+from .episode_wds import FORMAT, find_tasks, read_task, write_episode_wds
+
+__all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds", "source_summary"]
+
+BLEND_YAML = "blend.yaml"
+
+
+@dataclass
+class ImportReport:
+    """The datasets an import wrote (one per task), and the blend YAML if one was asked for."""
+
+    datasets: list[WriteReport]
+    subflavors: list[dict[str, str]]
+    blend_yaml: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "datasets": [{**r.to_dict(), "subflavors": s} for r, s in zip(self.datasets, self.subflavors, strict=True)],
+            "blend_yaml": self.blend_yaml,
+        }
+
+
+def import_episode_wds(
+    src: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    blend_yaml: bool = False,
+    allow_pickle: bool = False,
+    **writer_options: Any,
+) -> ImportReport:
+    """Import a shard, a folder of shards or a root of task folders into prepared datasets.
+
+    One task: the dataset is ``out``. Several: ``out/<relative path of the task>`` each, and with
+    ``blend_yaml`` ``out/blend.yaml`` blending them uniformly (per split the datasets have).
+    ``allow_pickle``: unpickle every part through the restricted unpickler on the way (checked,
+    dtypes and shapes recorded; see ``read_episode_wds``). ``writer_options`` go to each
+    ``EpisodeWriter`` (``force``, ``progress``, ``granularity``, ``shard_size``, ``split_ratio``...).
+    """
+    tasks = find_tasks(src)
+    root = Path(out)
+    if blend_yaml and len(tasks) == 1:
+        raise ConfigError("--blend-yaml blends several tasks; this source holds one", path=str(src), member="blend_yaml")
+    reports, flavors, paths = [], [], []
+    for task in tasks:
+        stream = read_task(task, allow_pickle=allow_pickle)
+        target = root.joinpath(*task.names) if len(tasks) > 1 else root
+        writer = EpisodeWriter(target, schema=stream.schema, source_files=stream.source_files, **writer_options)
+        report = writer.write_stream(stream)
+        _set_subflavors(target, task.subflavors)
+        reports.append(report)
+        flavors.append(task.subflavors)
+        paths.append(target)
+    written = None
+    if blend_yaml:
+        written = str(root / BLEND_YAML)
+        _write_atomic(root / BLEND_YAML, _blend_yaml(root, paths, flavors, [r.splits for r in reports]))
+    return ImportReport(reports, flavors, written)
+
+
+def _set_subflavors(dataset: Path, subflavors: Mapping[str, str]) -> None:
+    """Add ``subflavors`` to the dataset's ``dataset.yaml`` (Energon's constructor argument)."""
+    if not subflavors:
+        return
+    path = dataset / nvmeta.META_DIR / nvmeta.DATASET_YAML
+    doc = yaml.safe_load(path.read_bytes()) or {}
+    doc["subflavors"] = dict(subflavors)
+    _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
+
+
+def _blend_yaml(
+    root: Path, datasets: list[Path], subflavors: list[dict[str, str]], splits: list[Mapping[str, int]]
+) -> bytes:
+    """A ``MetadatasetV2``: per split any dataset has, a ``blend`` of weight 1 per dataset that has it."""
+    names = list(dict.fromkeys(name for s in splits for name in s))
+    doc = {
+        "__module__": "megatron.energon",
+        "__class__": "MetadatasetV2",
+        "splits": {
+            name: {
+                "blend": [
+                    {"weight": 1, "path": os.path.relpath(p, root), "subflavors": dict(f)}
+                    for p, f, s in zip(datasets, subflavors, splits, strict=True)
+                    if name in s
+                ]
+            }
+            for name in names
+        },
+    }
+    return yaml.safe_dump(doc, sort_keys=False).encode()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def export_episode_wds(
+    dataset: str | os.PathLike[str], out: str | os.PathLike[str], *, compress: bool | None = None,
+    force: bool = False, storage_options: dict[str, Any] | None = None,
+) -> list[str]:
+    """Write a prepared episode dataset (every split) back as the episode-frame layout into the
+    folder ``out``; return the shard names. See ``write_episode_wds``.
+
+    Episodes go out in the order of their numbers, which an import gave in source order; the
+    view's own order is by split (an import with ``split_ratio`` spreads them over splits).
+    """
+    view = episodes(dataset, storage_options=storage_options)
+    stream = view.stream()
+    stream.episodes = (view[e] for e in sorted(range(len(view)), key=view.number))
+    return write_episode_wds(stream, out, compress=compress, force=force)
+
+
+
+def source_summary(dataset: str, storage_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What an episode-frame import came from, for ``shardstore info``: its subflavors and, per
+    source shard, the classes its metadata pickle names (found by walking the pickle's opcodes at
+    import; never loaded). ``{}`` for any other dataset."""
+    try:
+        schema = Schema.from_json(open_storage(dataset, storage_options).read(f"{nvmeta.META_DIR}/{SCHEMA_JSON}"))
+    except (StorageError, FileNotFoundError, ValueError):
+        return {}
+    if schema.source_format != FORMAT:
+        return {}
+    classes = {str(s["name"]): list(s.get("metadata_classes", ())) for s in schema.attrs.get("shards", ())}
+    return {"episode_wds": {"subflavors": dict(schema.attrs.get("subflavors") or {}), "metadata_classes": classes}}

@@ -1,0 +1,117 @@
+"""``safepickle``: numpy and builtins load, anything else is refused by name before it runs; the
+classes of a pickle are listed without loading it; ``decode``'s pickle opt-in goes through it."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardstore import safepickle
+from shardstore.decode import decode_part
+from shardstore.errors import DecodeError, PickleNotAllowedError, UnsafePickleError
+
+
+class _System:
+    """Unpickling this calls ``os.system(command)``: what a hostile dataset would ship."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (self.command,))
+
+
+class EnvSpec:
+    """A class of this test's own, as the research metadata pickles classes of their code."""
+
+    def __init__(self) -> None:
+        self.shape = (3, 8, 8)
+
+
+VALUES = [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.zeros((2, 2), dtype=[("a", "<i4"), ("b", "<f8")]),
+    np.array(["ab", "c"]),
+    np.arange(6)[::2],  # not contiguous
+    np.bool_(True),
+    np.float64(1.5),
+    np.int16(-3),
+    np.dtype(">u2"),
+    {"a": [1, 2.5, "x", b"y", None, True], "b": (1, {2, 3}, frozenset({4}))},
+    bytearray(b"raw"),
+    complex(1, 2),
+]
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_numpy_and_builtins_load_exactly(protocol: int) -> None:
+    for value in VALUES:
+        got = safepickle.loads(pickle.dumps(value, protocol=protocol))
+        if isinstance(value, np.ndarray):
+            assert got.dtype == value.dtype and got.shape == value.shape and np.array_equal(got, value)
+        else:
+            assert got == value and type(got) is type(value)
+
+
+def test_os_system_is_refused_by_name_and_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    data = pickle.dumps(_System(f"touch {marker}"), protocol=2)
+    with pytest.raises(UnsafePickleError) as info:
+        safepickle.loads(data)
+    assert not marker.exists()
+    assert f"{os.system.__module__}.system" in str(info.value)  # posix.system on Linux
+    assert "byte " in str(info.value)
+    assert isinstance(info.value, PickleNotAllowedError)  # callers catching the opt-in error catch it
+
+
+@pytest.mark.parametrize("target", [eval, getattr, open, __import__])
+def test_dangerous_builtins_are_refused(target: object) -> None:
+    class Call:
+        def __reduce__(self):  # type: ignore[no-untyped-def]
+            return (target, ("1",))
+
+    with pytest.raises(UnsafePickleError, match=f"{target.__module__}.{target.__name__}"):  # type: ignore[attr-defined]
+        safepickle.loads(pickle.dumps(Call()))
+
+
+def test_foreign_classes_are_listed_without_loading() -> None:
+    meta = {"spec": EnvSpec(), "obs": np.zeros(3), "cfg": {"task": "x"}}
+    for protocol in (2, 4, 5):
+        data = pickle.dumps(meta, protocol=protocol)
+        names = [g.qualname for g in safepickle.pickle_globals(data)]
+        assert f"{__name__}.EnvSpec" in names and "numpy.ndarray" in names or "numpy._core.numeric._frombuffer" in names
+        assert safepickle.foreign_globals(data) == [f"{__name__}.EnvSpec"]
+        with pytest.raises(UnsafePickleError, match="EnvSpec"):
+            safepickle.loads(data)
+
+
+def test_not_a_pickle() -> None:
+    with pytest.raises(DecodeError):
+        safepickle.loads(pickle.dumps(np.arange(100))[:-20])
+    with pytest.raises(DecodeError):
+        safepickle.pickle_globals(b"\x80\x04garbage")
+
+
+def test_decode_opt_in_goes_through_the_restricted_unpickler(tmp_path: Path) -> None:
+    assert np.array_equal(decode_part("obs.pickle", pickle.dumps(np.arange(3)), allow_pickle=True), np.arange(3))
+    marker = tmp_path / "ran"
+    with pytest.raises(UnsafePickleError) as info:
+        decode_part("x.pyd", pickle.dumps(_System(f"touch {marker}")), allow_pickle=True, where="s.tar", key="k")
+    assert not marker.exists()
+    assert info.value.path == "s.tar" and info.value.member == "k.x.pyd"
+    # a caller who trusts the data more says so with its own decoder
+    assert decode_part("x.pyd", pickle.dumps(EnvSpec()), {"pyd": pickle.loads}).shape == (3, 8, 8)
+
+
+def test_pickles_written_by_numpy_1_load() -> None:
+    """Research data was pickled by numpy 1.x, whose reconstruct functions live in ``numpy.core``
+    (protocol 2 names globals as text, so the module can be renamed in place)."""
+    for value in (np.arange(3.0), np.float32(2), np.bool_(True)):
+        old = pickle.dumps(value, protocol=2).replace(b"numpy._core", b"numpy.core")
+        assert b"numpy._core" not in old
+        got = safepickle.loads(old)
+        assert type(got) is type(value) and np.array_equal(got, value)
