@@ -26,6 +26,7 @@ __all__ = [
     "MountError",
     "WorkerDiedError",
     "EpisodeFormatError",
+    "TFRecordFormatError",
     "place_message",
 ]
 
@@ -161,3 +162,8 @@ class MountError(ShardstoreError, OSError):
 class EpisodeFormatError(ShardstoreError, ValueError):
     """An episode does not fit the episode model or its format's rules; ``member`` names the episode
     and field (``episode 3, field 'actions'``), ``path`` the source file."""
+
+
+class TFRecordFormatError(ShardstoreError, ValueError):
+    """A TFRecord file is corrupt (a CRC mismatch, a truncated record) or a record is not a
+    ``tf.train.Example``; ``member`` names the record (``record 3``) and, where known, the field."""
