@@ -87,7 +87,7 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
         if len(body) < length + _FOOTER.size:
             raise TFRecordFormatError(
                 f"truncated record: {length} payload bytes announced, the file ends after "
-                f"{max(0, len(body) - 0)} of {length + _FOOTER.size}",
+                f"{len(body)} of its {length + _FOOTER.size} remaining bytes",
                 path=path,
                 member=where,
                 offset=offset,

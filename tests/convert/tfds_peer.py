@@ -10,6 +10,7 @@ TFDS built from ``features.json``, as its JSON, so a test can compare it with a 
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -27,7 +28,7 @@ def main(src: str, dest: str) -> None:
     import tensorflow_datasets as tfds
 
     builder = tfds.builder_from_directory(src)
-    out: dict[str, np.ndarray] = {"__features__": np.asarray(builder.info.features.to_json())}
+    out: dict[str, np.ndarray] = {"__features__": np.asarray(json.dumps(builder.info.features.to_json()))}
     for split in builder.info.splits:
         ds = builder.as_dataset(split=split, shuffle_files=False)
         for i, episode in enumerate(tfds.as_numpy(ds)):
