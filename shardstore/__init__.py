@@ -14,7 +14,9 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time ``__getattr__`` loads these
+    from . import episodes
     from .dataset import Dataset, open
+    from .episodes import EpisodeWriter
     from .errors import ShardstoreError
     from .metadataset import Metadataset, interleave, open_metadataset
     from .mount import mount
@@ -36,14 +38,20 @@ _EXPORTS = {
     "PrepareReport": "prepare",
     "prepare": "prepare",
     "Sample": "samples",
+    "EpisodeWriter": "episodes",
 }
+#: Public names that are a subpackage itself: ``shardstore.episodes`` is the package, and calling
+#: it (``shardstore.episodes(ds)``) opens the episode view.
+_SUBPACKAGES = frozenset({"episodes"})
 
 __all__ = [
     "Dataset",
+    "EpisodeWriter",
     "Metadataset",
     "PrepareReport",
     "Sample",
     "ShardstoreError",
+    "episodes",
     "interleave",
     "mount",
     "open",
@@ -78,6 +86,8 @@ sys.modules[__name__].__class__ = _Package
 
 def __getattr__(name: str) -> Any:
     """Load the submodule defining ``name`` on first use and cache the name in this module."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f".{name}", __name__)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -126,6 +126,7 @@ class Dataset:
         state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
+        state.pop("_episodes", None)  # the episode view, rebuilt on first use
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -172,6 +173,17 @@ class Dataset:
             return nvmeta.read_shardstore_json(self.storage) or {}
         except ConfigError:  # not IndexVersionError: a newer format is not read as no file
             return {}
+
+    @property
+    def episodes(self) -> Any:
+        """The episode view of this split (``shardstore.episodes(self)``, made once): for datasets
+        written by ``EpisodeWriter`` or an import; ``DatasetNotPreparedError`` for others."""
+        view = self.__dict__.get("_episodes")
+        if view is None:
+            from .episodes import episodes
+
+            view = self._episodes = episodes(self)
+        return view
 
     @property
     def uuid(self) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
+
 from .errors import MissingExtraError
 
 try:
@@ -27,7 +29,7 @@ from .dataset import Dataset
 from .dataset import open as open_dataset
 from .sharding import iter_dataset, kept_position
 
-__all__ = ["MapDataset", "IterableDataset", "distributed_rank"]
+__all__ = ["MapDataset", "IterableDataset", "EpisodeStepDataset", "distributed_rank"]
 
 Transform = Callable[[Any], Any]
 
@@ -128,3 +130,62 @@ class IterableDataset(_tud.IterableDataset):  # type: ignore[type-arg]
         if self.transform is None:
             return samples
         return map(self.transform, samples)
+
+
+# ----- episodes ------------------------------------------------------------------------------------
+class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
+    """Map-style over every step of every episode: item ``i`` is step ``t`` of episode ``e``, counted
+    episode by episode (``locate(i)`` gives ``(e, t)``), as ``Episodes.step(e, t)``, or with
+    ``window=(before, after)`` as ``Episodes.window(e, t, before, after)`` (histories and action
+    chunks with ``is_pad``). Each item also has ``__episode__`` (the episode number) and
+    ``__step__``.
+
+    ``episodes`` is an episode view, an open ``Dataset`` (its split) or a URL (then ``split``,
+    default every episode, and ``open_kwargs`` such as ``storage_options``). Media fields are
+    encoded bytes, which ``default_collate`` does not batch: decode them in ``transform``.
+    """
+
+    def __init__(
+        self,
+        episodes: Any,
+        split: str | None = None,
+        *,
+        window: tuple[int, int] | None = None,
+        transform: Transform | None = None,
+        **open_kwargs: Any,
+    ) -> None:
+        from .episodes import Episodes
+        from .episodes import episodes as open_episodes
+
+        if isinstance(episodes, Episodes):
+            self.episodes = episodes
+        elif isinstance(episodes, Dataset):
+            self.episodes = episodes.episodes
+        else:
+            self.episodes = open_episodes(episodes, split, **open_kwargs)
+        self.window = window
+        self.transform = transform
+        self._ends = np.cumsum(self.episodes.lengths)
+
+    def __len__(self) -> int:
+        return int(self._ends[-1]) if len(self._ends) else 0
+
+    def locate(self, i: int) -> tuple[int, int]:
+        """``(episode position, step)`` of item ``i``."""
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"index {i} out of range for {n} steps")
+        e = int(self._ends.searchsorted(i, side="right"))
+        return e, i - (int(self._ends[e - 1]) if e else 0)
+
+    def __getitem__(self, i: int) -> Any:
+        e, t = self.locate(i)
+        if self.window is None:
+            item = self.episodes.step(e, t)
+        else:
+            item = self.episodes.window(e, t, *self.window)
+        item["__episode__"] = self.episodes.number(e)
+        item["__step__"] = t
+        return self.transform(item) if self.transform is not None else item

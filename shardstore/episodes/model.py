@@ -194,6 +194,9 @@ class Episode:
     ``terminal`` is True when the episode ended in a terminal state (Minari's last termination,
     RLDS's ``is_terminal`` on the last step); False when it was cut (truncated, timed out).
     ``split`` is the split the source put it in (RLDS and LeRobot have splits), or None.
+    ``source`` says where the episode lies in its source, as typed JSON of the format's own
+    choosing (Minari: its HDF5 group; RLDS: shard and record; LeRobot: rows); the store keeps it in
+    its episode index so a tool can go back to the original.
     """
 
     index: int
@@ -201,6 +204,7 @@ class Episode:
     metadata: dict[str, Any] = field(default_factory=dict)
     terminal: bool = False
     split: str | None = None
+    source: dict[str, Any] = field(default_factory=dict)
 
     def length(self, schema: Schema) -> int:
         """The number of steps: the rows of a ``steps`` field, or one less than a ``steps+1`` one."""
@@ -251,16 +255,18 @@ class Episode:
 @dataclass(slots=True)
 class EpisodeStream:
     """What a format's reader gives and a format's writer takes: the schema, the episodes (an
-    iterable read lazily, once), their count when known (for progress bars), and the source's own
-    metadata files by relative path, kept byte for byte under ``.nv-meta/source/`` on import and
-    handed back to the writer on export. ``video_files`` opens, by name, the video files that
-    the ``VideoRef`` values of video fields name (a seekable binary file each, opened lazily:
-    the import copies them whole into its video store, an export cuts or copies them)."""
+    iterable read lazily, once), their count and total step count when known (for progress bars),
+    and the source's own metadata files by relative path, kept byte for byte under
+    ``.nv-meta/source/`` on import and handed back to the writer on export. ``video_files``
+    opens, by name, the video files that the ``VideoRef`` values of video fields name (a seekable
+    binary file each, opened lazily: the import copies them whole into its video store, an export
+    cuts or copies them)."""
 
     schema: Schema
     episodes: Iterable[Episode]
     count: int | None = None
     source_files: Mapping[str, bytes] = field(default_factory=dict)
+    total_steps: int | None = None
     video_files: Mapping[str, Callable[[], IO[bytes]]] = field(default_factory=dict)
 
 

@@ -1,0 +1,79 @@
+"""How episodes lie in the shards: sample keys, part names, the flag parts. Shared by the writer
+and the view so the two cannot drift apart.
+
+- ``granularity="step"``: one sample per step, key ``e{episode:08d}_s{step:06d}`` (no dots; sorted
+  keys are episode then step order). An episode with ``steps+1`` fields (Minari's observations)
+  has one more sample, ``s{steps:06d}``, holding only those fields' last row, with ``is_last`` set
+  (RLDS's convention: the last step carries the final observation); otherwise ``is_last`` is on
+  the last step. ``is_terminal`` is set on the sample that has ``is_last`` when the episode ended
+  terminally.
+- ``granularity="episode"``: one sample per episode, key ``e{episode:08d}``: arrays stacked over
+  all rows, media and text one part per row (``<field>.{row:06d}.<ext>``), flags stacked.
+
+Parts: ``<field>.npy`` (``np.save`` bytes, ``allow_pickle=False``) per array, media as their
+encoded bytes with their extension (``<field>.png``, ``<field>.jpg``), text ``<field>.txt`` (UTF-8),
+and ``is_first.npy``, ``is_last.npy``, ``is_terminal.npy`` (numpy bool scalars, or bool vectors in
+an episode sample).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .model import FLAG_FIELDS, FieldSpec
+from .npy import encode_row
+
+__all__ = [
+    "GRANULARITIES",
+    "step_key",
+    "episode_key",
+    "extension",
+    "part_name",
+    "row_part_name",
+    "FLAG_PARTS",
+    "TRUE_NPY",
+    "FALSE_NPY",
+    "KEY_RE",
+]
+
+GRANULARITIES = ("step", "episode")
+#: Media encodings whose usual file extension is not their name.
+_EXTENSIONS = {"jpeg": "jpg", "tiff": "tif", "mpeg4": "mp4", "h264": "mp4"}
+_ENCODING_RE = re.compile(r"^[a-z0-9]+$")
+#: Part names of the flags, in ``FLAG_FIELDS`` order.
+FLAG_PARTS = tuple(f"{name}.npy" for name in FLAG_FIELDS)
+TRUE_NPY = encode_row(np.array(True))
+FALSE_NPY = encode_row(np.array(False))
+#: A store key: episode number, and the step for step granularity.
+KEY_RE = re.compile(r"^e(\d{8})(?:_s(\d{6}))?$")
+
+
+def step_key(episode: int, step: int) -> str:
+    return f"e{episode:08d}_s{step:06d}"
+
+
+def episode_key(episode: int) -> str:
+    return f"e{episode:08d}"
+
+
+def extension(spec: FieldSpec) -> str:
+    """The part extension of a field: ``npy`` for arrays (and a video field's per-step frame
+    references), ``txt`` for text, the encoding's usual extension for media."""
+    if spec.kind == "media":
+        enc = spec.encoding.lower()
+        if not _ENCODING_RE.match(enc):
+            raise ValueError(f"field {spec.name!r}: media encoding {spec.encoding!r} is not a file extension")
+        return _EXTENSIONS.get(enc, enc)
+    return "txt" if spec.kind == "text" else "npy"
+
+
+def part_name(spec: FieldSpec) -> str:
+    """The part of a step sample (or an episode sample's array) holding ``spec``."""
+    return f"{spec.name}.{extension(spec)}"
+
+
+def row_part_name(spec: FieldSpec, row: int) -> str:
+    """The part of an episode sample holding row ``row`` of a media or text field."""
+    return f"{spec.name}.{row:06d}.{extension(spec)}"

@@ -1,0 +1,296 @@
+"""The episode view of a prepared dataset: ``shardstore.episodes(ds)`` (also ``ds.episodes``).
+
+Opening reads ``schema.json`` and the positional columns of ``episodes.sqlite`` for the split's
+shards (one query, kept as numpy arrays). After that an episode, a step or a window is one read of
+a contiguous byte range found through the shard's memory-mapped ``.tar.idx``: no SQL per step (the
+metadata of ``[e]`` is one indexed lookup per episode), no scan, the same on S3 (range GETs; the
+small index files are downloaded once into the cache keyed by ``index.uuid``).
+
+Arrays come back as numpy arrays (``.npy`` parts decoded by ``npy.py``), media as their encoded
+bytes, text as ``str``. Steps and windows also carry the flags ``is_first``, ``is_last``,
+``is_terminal`` (numpy bools); windows carry ``is_pad``, see ``Episodes.window``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import nvmeta
+from ..dataset import Dataset, ShardRef
+from ..dataset import open as open_dataset
+from ..errors import DatasetNotPreparedError, SampleNotFoundError, StorageError
+from ..tarscan import fill_plain_sample
+from . import layout
+from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
+from .model import Episode, EpisodeStream, FieldSpec, Schema
+from .npy import decode, decode_rows
+
+__all__ = ["Episodes", "episodes"]
+
+_META = nvmeta.META_DIR
+
+
+class Episodes:
+    """The episodes of a dataset's split, by position ``0 .. len - 1`` (shard order of the split,
+    then write order). ``number(e)`` is the episode's own number (its keys' ``e{number:08d}``).
+
+    Thread-safe for reads; pickles cheaply for DataLoader workers (the index connection and memory
+    maps are reopened in each process).
+    """
+
+    def __init__(self, dataset: Dataset) -> None:
+        self.dataset = dataset
+        storage = dataset.storage
+        try:
+            schema_text = storage.read(f"{_META}/{SCHEMA_JSON}")
+        except (StorageError, FileNotFoundError):
+            raise DatasetNotPreparedError(
+                "not an episode dataset (no schema.json); write it with EpisodeWriter or `shardstore import`",
+                path=storage.url(f"{_META}/{SCHEMA_JSON}"),
+            ) from None
+        self.schema = Schema.from_json(schema_text)
+        self.index = EpisodeIndexReader(dataset._local_copy(f"{_META}/{EPISODES_SQLITE}"))
+        self.granularity = self.index.granularity
+        pos = self.index.positions([s.name for s in dataset.shards])
+        self._number, self._shard, self._first = pos.number, pos.shard, pos.first
+        self._samples, self._steps, self._terminal = pos.samples, pos.steps, pos.terminal
+        self._by_number = {int(n): e for e, n in enumerate(self._number.tolist())}
+        self._parts = {layout.part_name(f): f for f in self.schema.fields}
+        self._extra = any(f.rows == "steps+1" for f in self.schema.fields)
+        self._split_of = _split_of_shards(dataset)
+
+    # ----- sizes and bookkeeping ------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._number)
+
+    def __iter__(self) -> Iterator[Episode]:
+        for e in range(len(self)):
+            yield self[e]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Step count of each episode (int64, by position)."""
+        return self._steps
+
+    @property
+    def total_steps(self) -> int:
+        return int(self._steps.sum())
+
+    def number(self, e: int) -> int:
+        """The episode number of position ``e`` (what its keys and ``Episode.index`` say)."""
+        return int(self._number[self._e(e)])
+
+    def position(self, number: int) -> int:
+        """The position of episode ``number`` in this view; ``KeyError`` if it is not in the split."""
+        return self._by_number[number]
+
+    def split(self, e: int) -> str | None:
+        """The split the episode's shard is in (``split.yaml``), None when no split names it."""
+        return self._split_of.get(self.dataset.shards[self._shard[self._e(e)]].name)
+
+    def metadata(self, e: int) -> dict[str, Any]:
+        """The episode's metadata, typed values restored (one indexed lookup)."""
+        return self.index.row(self.number(e)).metadata
+
+    def source(self, e: int) -> dict[str, Any]:
+        """Where the episode came from in its source (format-specific; empty for user-written ones)."""
+        return self.index.row(self.number(e)).source
+
+    def source_files(self) -> dict[str, int]:
+        """Relative path -> size of the source's metadata files kept under ``.nv-meta/source/``."""
+        return self.index.source_files()
+
+    def source_file(self, relpath: str) -> bytes:
+        """The bytes of one kept source file; only names the index lists are read."""
+        if relpath not in self.source_files():
+            raise SampleNotFoundError("no such source file", path=self.dataset.storage.url(f"{_META}/{SOURCE_DIR}"), member=relpath)
+        return self.dataset.storage.read(f"{_META}/{SOURCE_DIR}/{relpath}")
+
+    def _e(self, e: int) -> int:
+        n = len(self._number)
+        if e < 0:
+            e += n
+        if not 0 <= e < n:
+            raise IndexError(f"episode {e} out of range ({n} episodes)")
+        return e
+
+    # ----- reading --------------------------------------------------------------------------------
+    def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
+        """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
+        ds = self.dataset
+        shard = ds.shards[self._shard[e]]
+        offs = ds._offsets.get(shard.tar_file_id)
+        if offs is None:
+            offs = ds._shard_offsets(shard)
+        if shard.tar_file_id not in ds._checked:
+            ds.check_shard(shard)
+        first = int(self._first[e])
+        bounds = offs[first + lo : first + hi + 1].tolist()
+        base = bounds[0]
+        data = ds.storage.read_at(shard.name, base, bounds[-1] - base)
+        return [self._cut(shard, base, data, bounds[i] - base, bounds[i + 1] - base) for i in range(hi - lo)]
+
+    def _cut(self, shard: ShardRef, base: int, data: bytes, lo: int, hi: int) -> dict[str, bytes]:
+        parts: dict[str, Any] = {}
+        if fill_plain_sample(parts, data, lo, hi) is None:
+            parts = {}
+            self.dataset._cut(parts, shard, base + lo, data, lo, hi)  # type: ignore[arg-type]
+        return parts
+
+    def __getitem__(self, e: int) -> Episode:
+        """The whole episode: arrays stacked over its rows, media as lists of bytes, text as lists
+        of strings, its metadata, split and source info; its samples are read at once."""
+        e = self._e(e)
+        n = int(self._steps[e])
+        if self.granularity == "step":
+            samples = self._read_samples(e, 0, int(self._samples[e]))
+            steps = {f.name: self._stack(f, samples[: _rows(f, n)]) for f in self.schema.fields}
+        else:
+            sample = self._read_samples(e, 0, 1)[0]
+            steps = {f.name: self._episode_field(f, sample, _rows(f, n)) for f in self.schema.fields}
+        row = self.index.row(int(self._number[e]))
+        return Episode(row.number, steps, row.metadata, row.terminal, self.split(e), row.source)
+
+    def _stack(self, f: FieldSpec, samples: list[dict[str, bytes]]) -> Any:
+        name = layout.part_name(f)
+        where = f"field {f.name!r}"
+        try:
+            parts = [s[name] for s in samples]
+        except KeyError:
+            raise SampleNotFoundError("a step lacks this field's part", member=name) from None
+        if f.kind == "text":
+            return [p.decode() for p in parts]
+        if f.kind == "media":
+            return parts
+        if not parts:
+            return np.empty((0, *f.shape), dtype=np.dtype(f.dtype))
+        return decode_rows(parts, where)
+
+    def _episode_field(self, f: FieldSpec, sample: dict[str, bytes], rows: int) -> Any:
+        if f.kind in ("text", "media"):
+            values = [sample[layout.row_part_name(f, t)] for t in range(rows)]
+            return [v.decode() for v in values] if f.kind == "text" else values
+        return decode(sample[layout.part_name(f)], f"field {f.name!r}")
+
+    def _decode_part(self, f: FieldSpec, data: bytes) -> Any:
+        if f.kind == "text":
+            return data.decode()
+        if f.kind == "media":
+            return data
+        return decode(data, f.name)
+
+    def step(self, e: int, t: int) -> dict[str, Any]:
+        """Step ``t`` of episode position ``e``: ``{field: value, is_first, is_last, is_terminal}``.
+        ``t`` may be the step count when the dataset has ``steps+1`` fields: that final sample
+        holds only their last row (the observation after the last action)."""
+        e = self._e(e)
+        n = int(self._steps[e])
+        rows = int(self._samples[e]) if self.granularity == "step" else (n + 1 if self._extra else n)
+        if t < 0:
+            t += n
+        if not 0 <= t < rows:
+            raise IndexError(f"step {t} out of range (episode {self.number(e)} has {n} steps)")
+        out: dict[str, Any] = {}
+        if self.granularity == "step":
+            parts = self._read_samples(e, t, t + 1)[0]
+            fields = self._parts
+            for name, data in parts.items():
+                f = fields.get(name)
+                if f is not None:
+                    out[f.name] = self._decode_part(f, data)
+        else:
+            episode = self[e]
+            for f in self.schema.fields:
+                values = episode.steps[f.name]
+                if t < len(values):  # [t, ...]: a 0-d array keeps its byte order, [t] a scalar would not
+                    out[f.name] = values[t, ...] if isinstance(values, np.ndarray) else values[t]
+        last = t == rows - 1
+        out["is_first"] = np.bool_(t == 0)
+        out["is_last"] = np.bool_(last)
+        out["is_terminal"] = np.bool_(last and bool(self._terminal[e]))
+        return out
+
+    def window(self, e: int, t: int, before: int = 0, after: int = 0) -> dict[str, Any]:
+        """Steps ``t - before .. t + after`` of episode position ``e``, stacked (an observation
+        history and an action chunk, as policy training samples them).
+
+        Rows beyond the episode's ends repeat its first or last step (LeRobot's padding), and
+        ``is_pad`` (bool, one per row) marks them. ``t`` is a step ``0 .. steps - 1``; the rows of
+        ``steps+1`` fields are taken at the same step numbers. Flags are stacked like the fields.
+        """
+        e = self._e(e)
+        n = int(self._steps[e])
+        if before < 0 or after < 0:
+            raise ValueError("before and after must be >= 0")
+        if t < 0:
+            t += n
+        if not 0 <= t < n:
+            raise IndexError(f"step {t} out of range (episode {self.number(e)} has {n} steps)")
+        want = np.arange(t - before, t + after + 1)
+        idx = np.clip(want, 0, n - 1)
+        lo, hi = int(idx[0]), int(idx[-1]) + 1
+        out: dict[str, Any] = {}
+        if self.granularity == "step":
+            samples = self._read_samples(e, lo, hi)
+            for f in self.schema.fields:
+                out[f.name] = _take(self._stack(f, samples), idx - lo)
+        else:
+            episode = self[e]
+            for f in self.schema.fields:
+                out[f.name] = _take(episode.steps[f.name], idx)
+        rows = int(self._samples[e]) if self.granularity == "step" else (n + 1 if self._extra else n)
+        out["is_first"] = idx == 0
+        out["is_last"] = idx == rows - 1
+        out["is_terminal"] = out["is_last"] & bool(self._terminal[e])
+        out["is_pad"] = want != idx
+        return out
+
+    def stream(self) -> EpisodeStream:
+        """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),
+        with the kept source files."""
+        files = {rel: self.source_file(rel) for rel in self.source_files()}
+        return EpisodeStream(self.schema, iter(self), len(self), files, self.total_steps)
+
+    def __repr__(self) -> str:
+        return f"Episodes({self.dataset.url!r}, split={self.dataset.split!r}, episodes={len(self)}, granularity={self.granularity!r})"
+
+
+def _rows(f: FieldSpec, n: int) -> int:
+    return n + 1 if f.rows == "steps+1" else n
+
+
+def _take(values: Any, idx: np.ndarray) -> Any:
+    if isinstance(values, np.ndarray):
+        return values[idx]
+    return [values[i] for i in idx.tolist()]
+
+
+def _split_of_shards(dataset: Dataset) -> dict[str, str]:
+    """Shard name -> the split ``split.yaml`` puts it in."""
+    if dataset.splits is None:
+        return {}
+    out: dict[str, str] = {}
+    for name in dataset.splits.split_parts:
+        for shard in dataset.splits.shards(name):
+            out.setdefault(shard, name)
+    return out
+
+
+def episodes(
+    dataset: Dataset | str | os.PathLike[str],
+    split: str | None = None,
+    *,
+    storage_options: dict[str, Any] | None = None,
+) -> Episodes:
+    """The episode view of ``dataset`` (an open ``Dataset``: its split; or a URL: ``split``, by
+    default every episode). Raises ``DatasetNotPreparedError`` for a dataset without episodes."""
+    if not isinstance(dataset, Dataset):
+        dataset = open_dataset(os.fspath(dataset), split, storage_options=storage_options)
+    elif storage_options is not None:
+        raise TypeError("storage_options apply only when a URL is given")
+    return Episodes(dataset)
+

@@ -1,0 +1,497 @@
+"""``EpisodeWriter``: episodes into a prepared shardstore dataset.
+
+Every import goes through it (``EpisodeWriter(out).write_stream(read_minari(src))``), and user code
+records rollouts with it. The shards, the episode index, ``schema.json`` and the source's files are
+written into a staging folder beside OUT, prepared there, and only then moved into place: an
+interrupted writer (an exception, Ctrl-C, SIGTERM through the CLI) removes its staging folder, one
+killed outright leaves only a hidden ``.<OUT>.shardstore-tmp-<host>-<pid>-<random>`` folder that the
+next writer of the same OUT removes. OUT never holds half a dataset.
+
+Shards are written with webdataset's ``TarWriter`` (plain ustar headers: an integer mtime keeps
+Python's tarfile from adding a PAX header per member). An episode never spans two shards, so it
+is one contiguous byte range that the view reads at once. Episodes go to the shards of their split
+(``{split}-{n:06d}.tar``): ``Episode.split`` when set, else ``split_ratio`` by episodes; prepare
+writes ``split.yaml`` from the shard names. The layout is in ``layout.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from types import TracebackType
+from typing import IO, Any
+
+import numpy as np
+
+from .. import nvmeta
+from ..errors import ConfigError, EpisodeFormatError, MissingExtraError, PathEscapeError
+from ..storage import is_remote_url
+from . import layout
+from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter, EpisodeRow
+from .model import Episode, EpisodeStream, FieldSpec, Schema, StepValues
+from .npy import npy_header
+
+__all__ = ["EpisodeWriter", "WriteReport", "infer_schema", "DEFAULT_SHARD_SIZE"]
+
+#: Shards are closed (at an episode boundary) once they reach this many bytes.
+DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
+_SPLIT_RE = re.compile(r"^[A-Za-z0-9_]+$")
+_HOST = socket.gethostname().replace("-", "_")
+_MAX_EPISODE = 10**8 - 1
+_MAX_STEPS = 10**6 - 1  # the step counter has 6 digits (keys sort by step)
+
+
+@dataclass
+class WriteReport:
+    """What a writer wrote: counts, bytes of the shards, seconds, and episodes per split."""
+
+    path: str
+    episodes: int
+    steps: int
+    samples: int
+    shards: int
+    bytes: int
+    seconds: float
+    splits: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def infer_schema(episode: Episode) -> Schema:
+    """A schema for episodes like ``episode``: numpy arrays become array fields (per-step shape =
+    the array's shape without its first axis), lists of strings text fields, lists of PNG or JPEG
+    bytes media fields. Fields with one row more than the others get ``rows="steps+1"``."""
+    lengths = {name: len(v) for name, v in episode.steps.items()}
+    n = min(lengths.values(), default=0)
+    fields = []
+    for name, values in episode.steps.items():
+        rows = "steps+1" if lengths[name] == n + 1 and len(set(lengths.values())) > 1 else "steps"
+        where = f"episode {episode.index}, field {name!r}"
+        if isinstance(values, np.ndarray):
+            fields.append(FieldSpec(name, "array", values.dtype.str, tuple(values.shape[1:]), rows=rows))
+        elif values and all(isinstance(v, str) for v in values):
+            fields.append(FieldSpec(name, "text", rows=rows))
+        elif values and all(isinstance(v, bytes | bytearray | memoryview) for v in values):
+            head = bytes(values[0][:8])
+            encoding = "png" if head.startswith(b"\x89PNG") else "jpeg" if head.startswith(b"\xff\xd8") else ""
+            if not encoding:
+                raise EpisodeFormatError("media of unknown encoding: pass a schema", member=where)
+            fields.append(FieldSpec(name, "media", "|u1", encoding=encoding, rows=rows))
+        else:
+            raise EpisodeFormatError(f"cannot infer a field from {type(values).__name__}: pass a schema", member=where)
+    return Schema(tuple(fields))
+
+
+class _Splitter:
+    """Assigns episodes without a split of their own to splits in proportion to a ratio, as they
+    come: each goes to the split furthest below its share so far, so every prefix of the stream is
+    split as evenly as whole episodes allow (no count needed up front)."""
+
+    def __init__(self, ratio: Sequence[tuple[str, float]]) -> None:
+        total = sum(w for _, w in ratio)
+        self.shares = [(name, w / total) for name, w in ratio if w > 0]
+        self.counts = dict.fromkeys((name for name, _ in self.shares), 0)
+        self.seen = 0
+
+    def next(self) -> str:
+        self.seen += 1
+        name = max(self.shares, key=lambda s: self.seen * s[1] - self.counts[s[0]])[0]
+        self.counts[name] += 1
+        return name
+
+
+class _Shards:
+    """The open shard of one split, rotated at episode boundaries once past ``shard_size``."""
+
+    def __init__(self, root: str, split: str, shard_size: int, mtime: int) -> None:
+        self.root, self.split, self.shard_size, self.mtime = root, split, shard_size, mtime
+        self.number = -1
+        self.file: IO[bytes] | None = None
+        self.tar: Any = None
+        self.name = ""
+        self.size = 0  # bytes of the members written to the open shard
+        self.samples = 0
+        self.names: list[str] = []
+
+    def open_for_episode(self) -> None:
+        if self.tar is not None and self.size < self.shard_size:
+            return
+        self.close()
+        try:
+            from webdataset import TarWriter
+        except ImportError as e:
+            raise MissingExtraError(f"writing episodes needs webdataset: pip install 'shardstore[convert]' ({e})") from e
+        self.number += 1
+        self.name = f"{self.split}-{self.number:06d}.tar"
+        self.file = open(os.path.join(self.root, self.name), "wb")  # noqa: SIM115 - closed by close()
+        self.tar = TarWriter(self.file, encoder=False, mtime=self.mtime)
+        self.names.append(self.name)
+        self.size = self.samples = 0
+
+    def write(self, sample: dict[str, Any]) -> None:
+        self.tar.write(sample)
+        self.samples += 1
+        for k, v in sample.items():
+            if k != "__key__":
+                self.size += 512 + (len(v) + 511) // 512 * 512
+
+    def close(self) -> None:
+        if self.tar is not None:
+            self.tar.close()  # closes the file too
+            self.tar = self.file = None
+
+
+class EpisodeWriter:
+    """Write episodes into a new prepared shardstore dataset at ``out`` (a local folder).
+
+    ``granularity``: ``"step"`` (one sample per step, the default) or ``"episode"`` (one sample per
+    episode, stacked arrays: for low-dimensional data where a tar member per step wastes space).
+    ``shard_size``: bytes after which a shard is closed (at an episode boundary). ``split_ratio``:
+    ``"8,1,1"`` or ``[("train", 8), ...]`` for episodes whose ``split`` is None (default: all
+    train). ``schema``: the field tree (default: inferred from the first episode, see
+    ``infer_schema``). ``source_files``: relative path -> bytes, kept under ``.nv-meta/source/``.
+    ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps.
+
+    Use as a context manager (or call ``close()``): on a clean exit the dataset is prepared and
+    moved into place and ``report`` says what was written; on an exception nothing is left.
+    Raises ``ConfigError`` for a taken ``out`` or bad options, ``EpisodeFormatError`` for an episode
+    that does not fit the schema (naming episode and field).
+    """
+
+    def __init__(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        granularity: str = "step",
+        shard_size: int = DEFAULT_SHARD_SIZE,
+        split_ratio: str | Sequence[tuple[str, float]] | None = None,
+        schema: Schema | None = None,
+        source_files: Mapping[str, bytes] | None = None,
+        force: bool = False,
+        progress: bool = False,
+        total_steps: int | None = None,
+        num_workers: int | None = None,
+    ) -> None:
+        from ..prepare import parse_split_ratio
+
+        self.out = os.fspath(out)
+        if is_remote_url(self.out):
+            raise ConfigError("EpisodeWriter writes a local folder; upload it afterwards", path=self.out)
+        if granularity not in layout.GRANULARITIES:
+            raise ConfigError(f"granularity must be 'step' or 'episode', not {granularity!r}", member="granularity")
+        if shard_size <= 0:
+            raise ConfigError(f"shard_size must be positive, not {shard_size}", member="shard_size")
+        self.out = os.path.abspath(self.out)
+        _check_out(self.out, force)
+        self.granularity = granularity
+        self.shard_size = shard_size
+        ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
+        self._splitter = _Splitter(ratio or [("train", 1.0)])
+        self._declared = ["train", *[name for name, _ in ratio or [] if name != "train"]]
+        self.schema = schema
+        self._source_files = dict(source_files or {})
+        self.num_workers = num_workers
+        self.report: WriteReport | None = None
+        self._t0 = time.perf_counter()
+        self._mtime = int(time.time())
+        self._shards: dict[str, _Shards] = {}
+        self._numbers: set[int] = set()
+        self._split_counts: Counter[str] = Counter()
+        self._next_number = 0
+        self._steps = self._samples = 0
+        self._closed = False
+        self._progress = _progress_bar(progress, total_steps)
+        parent = os.path.dirname(self.out)
+        os.makedirs(parent, exist_ok=True)
+        prefix = f".{os.path.basename(self.out)}.shardstore-tmp-"
+        _remove_dead_stagings(parent, prefix)
+        self.staging = os.path.join(parent, f"{prefix}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        os.makedirs(os.path.join(self.staging, nvmeta.META_DIR))
+        self._index = EpisodeIndexWriter(os.path.join(self.staging, nvmeta.META_DIR, EPISODES_SQLITE), granularity)
+
+    # ----- writing --------------------------------------------------------------------------------
+    def write(self, episode: Episode) -> int:
+        """Write one episode; return its step count. Its number (``episode.index``) names its keys
+        and must be unique in the dataset."""
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.out)
+        if self.schema is None:
+            self.schema = infer_schema(episode)
+        number = episode.index
+        where = f"episode {number}"
+        if not 0 <= number <= _MAX_EPISODE:
+            raise EpisodeFormatError(f"episode number must be 0..{_MAX_EPISODE}", member=where)
+        if number in self._numbers:
+            raise EpisodeFormatError("episode number written twice", member=where)
+        n = episode.validate(self.schema)
+        extra = any(f.rows == "steps+1" for f in self.schema.fields)
+        samples = n + 1 if extra else n
+        if samples == 0:
+            raise EpisodeFormatError("an episode without steps", member=where)
+        if n > _MAX_STEPS:
+            raise EpisodeFormatError(f"{n} steps; at most {_MAX_STEPS} fit the key", member=where)
+        split = episode.split if episode.split is not None else self._splitter.next()
+        if not _SPLIT_RE.match(split):
+            raise EpisodeFormatError(f"split name {split!r} must be letters, digits and '_'", member=where)
+        shards = self._shards.get(split)
+        if shards is None:
+            shards = self._shards[split] = _Shards(self.staging, split, self.shard_size, self._mtime)
+        shards.open_for_episode()
+        first = shards.samples
+        if self.granularity == "step":
+            for t in range(samples):
+                shards.write(self._step_sample(number, episode.steps, t, n, extra, episode.terminal))
+            first_key = layout.step_key(number, 0)
+        else:
+            shards.write(self._episode_sample(number, episode.steps, n, samples, episode.terminal))
+            first_key = layout.episode_key(number)
+        self._numbers.add(number)
+        self._split_counts[split] += 1
+        self._next_number = max(self._next_number, number + 1)
+        self._index.add(
+            EpisodeRow(
+                number, shards.name, first, shards.samples - first, n, first_key, bool(episode.terminal),
+                dict(episode.metadata), dict(episode.source),
+            )
+        )
+        self._steps += n
+        self._samples += shards.samples - first
+        if self._progress is not None:
+            self._progress.update(n)
+        return n
+
+    def write_steps(
+        self,
+        steps: dict[str, StepValues],
+        *,
+        metadata: dict[str, Any] | None = None,
+        terminal: bool = False,
+        split: str | None = None,
+    ) -> int:
+        """Write a recorded rollout as the next episode (number: one past the highest so far);
+        return its number."""
+        number = self._next_number
+        self.write(Episode(number, steps, metadata or {}, terminal, split))
+        return number
+
+    def write_stream(self, stream: EpisodeStream) -> WriteReport:
+        """Write every episode of a format reader's stream, keep its source files, and close."""
+        if self.schema is None:
+            self.schema = stream.schema
+        self._source_files.update(stream.source_files)
+        if self._progress is not None and stream.total_steps is not None:
+            self._progress.total = stream.total_steps
+        with self:
+            for episode in stream.episodes:
+                self.write(episode)
+        assert self.report is not None
+        return self.report
+
+    def _step_sample(
+        self, number: int, steps: Mapping[str, StepValues], t: int, n: int, extra: bool, terminal: bool
+    ) -> dict[str, Any]:
+        assert self.schema is not None
+        sample: dict[str, Any] = {"__key__": layout.step_key(number, t)}
+        for f in self.schema.fields:
+            if t == n and f.rows == "steps":
+                continue
+            v = steps[f.name]
+            if f.kind == "text":
+                sample[layout.part_name(f)] = v[t].encode()  # type: ignore[union-attr]
+            elif f.kind == "media":
+                sample[layout.part_name(f)] = bytes(v[t])  # type: ignore[arg-type]
+            else:
+                arr: np.ndarray = v  # type: ignore[assignment]
+                row = arr[t, ...]  # a 0-d array keeps its byte order; arr[t] would be a native scalar
+                if not row.flags.c_contiguous:
+                    row = row.copy()
+                sample[layout.part_name(f)] = npy_header(arr.dtype, arr.shape[1:]) + row.tobytes()
+        last = t == (n if extra else n - 1)
+        sample[layout.FLAG_PARTS[0]] = layout.TRUE_NPY if t == 0 else layout.FALSE_NPY
+        sample[layout.FLAG_PARTS[1]] = layout.TRUE_NPY if last else layout.FALSE_NPY
+        sample[layout.FLAG_PARTS[2]] = layout.TRUE_NPY if last and terminal else layout.FALSE_NPY
+        return sample
+
+    def _episode_sample(
+        self, number: int, steps: Mapping[str, StepValues], n: int, rows: int, terminal: bool
+    ) -> dict[str, Any]:
+        assert self.schema is not None
+        from .npy import encode_row
+
+        sample: dict[str, Any] = {"__key__": layout.episode_key(number)}
+        for f in self.schema.fields:
+            v = steps[f.name]
+            if f.kind in ("text", "media"):
+                for t, item in enumerate(v):
+                    sample[layout.row_part_name(f, t)] = item.encode() if f.kind == "text" else bytes(item)  # type: ignore[union-attr,arg-type]
+            else:
+                sample[layout.part_name(f)] = encode_row(v)  # type: ignore[arg-type]
+        is_first = np.zeros(rows, bool)
+        is_first[0] = True
+        is_last = np.zeros(rows, bool)
+        is_last[-1] = True
+        for part, flags in zip(layout.FLAG_PARTS, (is_first, is_last, is_last & terminal), strict=True):
+            sample[part] = encode_row(flags)
+        return sample
+
+    # ----- finishing ------------------------------------------------------------------------------
+    def close(self) -> WriteReport:
+        """Close the shards, write the index and metadata, prepare, and move the dataset into place."""
+        if self._closed:
+            if self.report is None:
+                raise ConfigError("the writer was aborted", path=self.out)
+            return self.report
+        self._closed = True
+        try:
+            self.report = self._finish()
+        except BaseException:
+            self._cleanup()
+            raise
+        return self.report
+
+    def abort(self) -> None:
+        """Throw away everything written; ``out`` is left as it was."""
+        self._closed = True
+        self._cleanup()
+
+    def __enter__(self) -> EpisodeWriter:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        if et is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _cleanup(self) -> None:
+        if self._progress is not None:
+            self._progress.close()
+        for shards in self._shards.values():
+            try:
+                shards.close()
+            except OSError:
+                pass
+        self._index.close()
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _finish(self) -> WriteReport:
+        from ..prepare import prepare
+
+        if self._progress is not None:
+            self._progress.close()
+        if not self._numbers or self.schema is None:
+            raise EpisodeFormatError("no episodes were written", path=self.out)
+        for shards in self._shards.values():
+            shards.close()
+        meta = os.path.join(self.staging, nvmeta.META_DIR)
+        for rel, data in self._source_files.items():
+            path = os.path.join(meta, SOURCE_DIR, _safe_relpath(rel))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+        self._index.add_source_files(self._source_files)
+        self._index.finish()
+        with open(os.path.join(meta, SCHEMA_JSON), "w") as f:
+            f.write(self.schema.to_json())
+        splits = [*self._declared, *[s for s in self._shards if s not in self._declared]]
+        prepare(
+            self.staging,
+            split_parts=[f"{s}:{re.escape(s)}-[0-9]+[.]tar$" for s in splits],
+            sample_type="CrudeWebdataset",
+            num_workers=self.num_workers,
+        )
+        shard_names = [name for s in self._shards.values() for name in s.names]
+        size = sum(os.path.getsize(os.path.join(self.staging, name)) for name in shard_names)
+        _move_into_place(self.staging, self.out)
+        return WriteReport(
+            path=self.out,
+            episodes=len(self._numbers),
+            steps=self._steps,
+            samples=self._samples,
+            shards=len(shard_names),
+            bytes=size,
+            seconds=round(time.perf_counter() - self._t0, 3),
+            splits=dict(self._split_counts),
+        )
+
+
+def _progress_bar(show: bool, total: int | None) -> Any:
+    if not show:
+        return None
+    import sys
+
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="step", desc="Writing episodes", file=sys.stderr, unit_scale=True)
+
+
+def _safe_relpath(rel: str) -> str:
+    """``rel`` as a local relative path; refuses names that would leave ``.nv-meta/source/``."""
+    parts = rel.replace("\\", "/").split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
+        raise PathEscapeError("a source file name must be a plain relative path", member=rel)
+    return os.path.join(*parts)
+
+
+def _is_dataset(path: str) -> bool:
+    return os.path.isdir(os.path.join(path, nvmeta.META_DIR))
+
+
+def _check_out(out: str, force: bool) -> None:
+    """Refuse an ``out`` that holds a dataset (unless ``force``) or anything else but an empty folder."""
+    if not os.path.lexists(out):
+        return
+    if not os.path.isdir(out):
+        raise ConfigError("exists and is not a folder", path=out)
+    if _is_dataset(out):
+        if not force:
+            raise ConfigError("already holds a dataset; pass force=True (--force) to replace it", path=out)
+    elif os.listdir(out):
+        raise ConfigError("is a folder that is not empty and holds no dataset; choose another OUT", path=out)
+
+
+def _move_into_place(staging: str, out: str) -> None:
+    """Rename the finished staging folder to ``out``; a dataset already there is renamed aside
+    first and removed last, so ``out`` always holds a whole dataset (the old or the new)."""
+    aside = None
+    if os.path.isdir(out):
+        if _is_dataset(out):
+            aside = f"{staging}-old"
+            os.rename(out, aside)
+        else:
+            os.rmdir(out)  # empty (checked when the writer was made)
+    try:
+        os.rename(staging, out)
+    except OSError:
+        if aside is not None:
+            os.rename(aside, out)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def _remove_dead_stagings(parent: str, prefix: str) -> None:
+    """Remove staging folders of writers of the same OUT on this host whose process is gone."""
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        fields = name[len(prefix) :].split("-")
+        if len(fields) < 3 or fields[0] != _HOST or not fields[1].isdigit():
+            continue
+        try:
+            os.kill(int(fields[1]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        except OSError:
+            pass
+
