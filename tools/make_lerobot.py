@@ -58,7 +58,11 @@ def _features(cameras: Mapping[str, str], size: int, fps: int, image: bool) -> d
         "next.done": {"dtype": "bool", "shape": [1], "names": None},
     }
     if image:
-        feats["observation.image"] = {"dtype": "image", "shape": [size, size, 3], "names": ["height", "width", "channel"]}
+        feats["observation.image"] = {
+            "dtype": "image",
+            "shape": [size, size, 3],
+            "names": ["height", "width", "channel"],
+        }
     for key, codec in cameras.items():
         feats[key] = {
             "dtype": "video",
@@ -92,11 +96,17 @@ def _hf_features(feats: Mapping[str, dict]) -> dict:
         elif f["shape"] == [1]:
             out[key] = {"dtype": f["dtype"], "_type": "Value"}
         else:
-            out[key] = {"feature": {"dtype": f["dtype"], "_type": "Value"}, "length": f["shape"][0], "_type": "Sequence"}
+            out[key] = {
+                "feature": {"dtype": f["dtype"], "_type": "Value"},
+                "length": f["shape"][0],
+                "_type": "Sequence",
+            }
     return out
 
 
-def episode_table(episode: int, n: int, first_index: int, fps: int, size: int, image: bool, feats: Mapping) -> object:
+def episode_table(
+    episode: int, n: int, first_index: int, fps: int, size: int, image: bool, feats: Mapping
+) -> object:
     """The parquet table of one episode, columns in LeRobot's order."""
     import pyarrow as pa
 
@@ -109,7 +119,8 @@ def episode_table(episode: int, n: int, first_index: int, fps: int, size: int, i
     if image:
         pngs = [_png(frame_pixels(episode, i, 9, size)) for i in range(n)]
         cols["observation.image"] = pa.array(
-            [{"bytes": b, "path": None} for b in pngs], type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+            [{"bytes": b, "path": None} for b in pngs],
+            type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
         )
     cols["timestamp"] = pa.array(np.arange(n, dtype=np.float32) / np.float32(fps))
     cols["frame_index"] = pa.array(np.arange(n, dtype=np.int64))
@@ -120,7 +131,9 @@ def episode_table(episode: int, n: int, first_index: int, fps: int, size: int, i
     return pa.table(cols).replace_schema_metadata(meta)
 
 
-def encode_video(path: str, clips: Sequence[tuple[int, int]], camera: int, codec: str, fps: int, size: int, gop: int) -> None:
+def encode_video(
+    path: str, clips: Sequence[tuple[int, int]], camera: int, codec: str, fps: int, size: int, gop: int
+) -> None:
     """Encode the frames of ``clips`` ((episode, frames) each) into one mp4; every clip starts on
     a keyframe (as LeRobot's per-episode files and its concatenations of them do)."""
     import av
@@ -181,7 +194,10 @@ def make_lerobot(
     tables, starts = [], np.concatenate([[0], np.cumsum(lengths)]).astype(int)
     for ep in range(episodes):
         tables.append(episode_table(ep, lengths[ep], int(starts[ep]), fps, size, image, feats))
-    ep_rows = [{"episode_index": ep, "tasks": [TASKS[ep % len(TASKS)]], "length": lengths[ep]} for ep in range(episodes)]
+    ep_rows = [
+        {"episode_index": ep, "tasks": [TASKS[ep % len(TASKS)]], "length": lengths[ep]}
+        for ep in range(episodes)
+    ]
     stats = [_episode_stats(t) for t in tables]
     os.makedirs(os.path.join(out, "meta"), exist_ok=True)
     if version == "v2.1":
@@ -204,7 +220,9 @@ def make_lerobot(
             os.path.join(out, "meta/episodes_stats.jsonl"),
             [{"episode_index": ep, "stats": s} for ep, s in enumerate(stats)],
         )
-        _write_lines(os.path.join(out, "meta/tasks.jsonl"), [{"task_index": i, "task": t} for i, t in enumerate(TASKS)])
+        _write_lines(
+            os.path.join(out, "meta/tasks.jsonl"), [{"task_index": i, "task": t} for i, t in enumerate(TASKS)]
+        )
     else:
         info.update(
             data_files_size_in_mb=100,
@@ -212,7 +230,10 @@ def make_lerobot(
             data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
             video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
         )
-        groups = [list(range(i, min(i + episodes_per_file, episodes))) for i in range(0, episodes, episodes_per_file)]
+        groups = [
+            list(range(i, min(i + episodes_per_file, episodes)))
+            for i in range(0, episodes, episodes_per_file)
+        ]
         rows = []
         for g, eps in enumerate(groups):
             chunk, file = divmod(g, chunks_size)
@@ -225,25 +246,41 @@ def make_lerobot(
                 row.update({"data/chunk_index": chunk, "data/file_index": file})
                 row.update({"dataset_from_index": int(starts[ep]), "dataset_to_index": int(starts[ep + 1])})
                 for key in cameras:
-                    row.update({
-                        f"videos/{key}/chunk_index": chunk,
-                        f"videos/{key}/file_index": file,
-                        f"videos/{key}/from_timestamp": t0,
-                        f"videos/{key}/to_timestamp": t0 + lengths[ep] / fps,
-                    })
+                    row.update(
+                        {
+                            f"videos/{key}/chunk_index": chunk,
+                            f"videos/{key}/file_index": file,
+                            f"videos/{key}/from_timestamp": t0,
+                            f"videos/{key}/to_timestamp": t0 + lengths[ep] / fps,
+                        }
+                    )
                 t0 += lengths[ep] / fps
-                row.update({f"stats/{k}/{s}": np.asarray(v).tolist() for k, d in stats[ep].items() for s, v in d.items()})
+                row.update(
+                    {
+                        f"stats/{k}/{s}": np.asarray(v).tolist()
+                        for k, d in stats[ep].items()
+                        for s, v in d.items()
+                    }
+                )
                 row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
                 rows.append(row)
             for cam, (key, codec) in enumerate(cameras.items()):
                 vpath = info["video_path"].format(video_key=key, chunk_index=chunk, file_index=file)
-                encode_video(os.path.join(out, vpath), [(e, lengths[e]) for e in eps], cam, codec, fps, size, gop)
+                encode_video(
+                    os.path.join(out, vpath), [(e, lengths[e]) for e in eps], cam, codec, fps, size, gop
+                )
         os.makedirs(os.path.join(out, "meta/episodes/chunk-000"), exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(rows), os.path.join(out, "meta/episodes/chunk-000/file-000.parquet"))
+        pq.write_table(
+            pa.Table.from_pylist(rows), os.path.join(out, "meta/episodes/chunk-000/file-000.parquet")
+        )
         tasks = pa.table({"task_index": pa.array(range(len(TASKS)), pa.int64()), "__index_level_0__": TASKS})
         pq.write_table(tasks, os.path.join(out, "meta/tasks.parquet"))
         with open(os.path.join(out, "meta/stats.json"), "w") as f:
-            json.dump({k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats[0].items()}, f, indent=4)
+            json.dump(
+                {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats[0].items()},
+                f,
+                indent=4,
+            )
     with open(os.path.join(out, "meta/info.json"), "w") as f:
         json.dump(info, f, indent=4)
     return out
@@ -290,8 +327,16 @@ def main() -> None:
     ap.add_argument("--no-image", action="store_true")
     a = ap.parse_args()
     make_lerobot(
-        a.out, version=a.version, episodes=a.episodes, frames=a.frames, size=a.size, fps=a.fps,
-        chunks_size=a.chunks_size, episodes_per_file=a.episodes_per_file, gop=a.gop, image=not a.no_image,
+        a.out,
+        version=a.version,
+        episodes=a.episodes,
+        frames=a.frames,
+        size=a.size,
+        fps=a.fps,
+        chunks_size=a.chunks_size,
+        episodes_per_file=a.episodes_per_file,
+        gop=a.gop,
+        image=not a.no_image,
     )
     print(f"wrote {a.out}: LeRobot {a.version}, {a.episodes} episodes x {a.frames} frames")
 

@@ -20,20 +20,32 @@ refuses a dataset with errors (``LeRobotFormatError`` naming episode, camera and
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+import os
+import tarfile
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import IO, Any, Literal
 
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..episodes.video import FrameDecoder, VideoRef
+from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
 from ..errors import LeRobotFormatError
 from ..storage import Storage, open_storage
 from .lerobot_check import CheckReport, check_lerobot
 from .lerobot_meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
-from .lerobot_write import write_lerobot
+from .lerobot_write import WriteReport, write_lerobot
 
-__all__ = ["read_lerobot", "write_lerobot", "check", "FramesMode"]
+__all__ = [
+    "read_lerobot",
+    "write_lerobot",
+    "check",
+    "import_lerobot",
+    "export_lerobot",
+    "FramesMode",
+    "ImportReport",
+]
 
 FramesMode = Literal["jpg", "png", "npy"]
 #: Columns every LeRobot parquet has besides the features' own.
@@ -72,6 +84,7 @@ def read_lerobot(
         schema=schema,
         episodes=_episodes(meta, storage, schema, frames),
         count=len(meta.episodes),
+        total_steps=report.frames,
         source_files=meta.files,
         video_files={} if frames else video_files,
     )
@@ -96,7 +109,9 @@ def _schema(meta: LeRobotMeta, arrow_schema: Any, frames: FramesMode | None) -> 
                 fields.append(FieldSpec(key, "array", "|u1", shape, attrs={**attrs, "video": codec}))
             elif frames:
                 enc = "jpeg" if frames == "jpg" else "png"
-                fields.append(FieldSpec(key, "media", "|u1", shape, encoding=enc, attrs={**attrs, "video": codec}))
+                fields.append(
+                    FieldSpec(key, "media", "|u1", shape, encoding=enc, attrs={**attrs, "video": codec})
+                )
             else:
                 fields.append(FieldSpec(key, "video", "|u1", shape, encoding=codec, attrs=attrs))
         elif dtype == "image":
@@ -131,7 +146,9 @@ def _split_of(meta: LeRobotMeta) -> Callable[[int], str | None]:
     return lambda ep: next((n for lo, hi, n in ranges if lo <= ep < hi), None)
 
 
-def _episodes(meta: LeRobotMeta, storage: Storage, schema: Schema, frames: FramesMode | None) -> Iterator[Episode]:
+def _episodes(
+    meta: LeRobotMeta, storage: Storage, schema: Schema, frames: FramesMode | None
+) -> Iterator[Episode]:
     pq = import_arrow()
     split_of = _split_of(meta)
     decoder = FrameDecoder(storage.open) if frames else None
@@ -228,3 +245,157 @@ def _decoded(refs: list[VideoRef], decoder: FrameDecoder, frames: FramesMode | N
             Image.fromarray(pic).save(buf, format="PNG")
         out.append(buf.getvalue())
     return out
+
+
+# ----- the shard store as one more spoke -----------------------------------------------------------
+#: A video store's shards are closed past this size (a video file is never split).
+VIDEO_SHARD_SIZE = 1 << 30
+METADATASET = "metadataset.yaml"
+
+
+@dataclass(slots=True)
+class ImportReport:
+    """What ``import_lerobot`` wrote: the episode dataset's report, and the video store's files."""
+
+    out: str
+    version: str
+    episodes: int
+    steps: int
+    shards: int
+    bytes: int
+    video_files: int = 0
+    video_bytes: int = 0
+    frames: str = ""
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+
+
+def import_lerobot(
+    src: str,
+    out: str,
+    *,
+    frames: FramesMode | None = None,
+    force: bool = False,
+    progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> ImportReport:
+    """Import the LeRobot dataset at ``src`` (v2.1 or v3.0) into a new episode dataset at ``out``.
+
+    One sample per frame (``e{episode:08d}_s{frame:06d}``): vector columns ``.npy``, image columns
+    their PNG bytes, each camera a ``<key>.json`` frame reference into the video store ``.videos/``
+    of ``out`` (a prepared dataset holding the mp4 files whole, described with the steps by
+    ``metadataset.yaml`` for Energon); with ``frames`` the frames decoded into the samples instead
+    (``jpg``/``png`` media or ``npy`` arrays) and no video store. The source's ``meta/`` files are
+    kept under ``.nv-meta/source/``, its per-episode rows in the episode index.
+
+    The source is checked first (``LeRobotFormatError`` on its first error); everything is staged
+    and moved into place at the end, so ``out`` never holds half an import.
+    """
+    from ..episodes.writer import EpisodeWriter
+
+    t0 = time.perf_counter()
+    stream = read_lerobot(src, frames=frames, storage_options=storage_options)
+    names = sorted(stream.video_files)
+    schema = stream.schema
+    if names:
+        schema = replace(schema, attrs={**schema.attrs, "video_store": VIDEO_STORE, "video_files": names})
+    writer = EpisodeWriter(
+        out,
+        schema=schema,
+        source_files=stream.source_files,
+        force=force,
+        progress=progress,
+        total_steps=stream.total_steps,
+    )
+    video_bytes = 0
+    with writer:
+        if names:
+            video_bytes = _write_video_store(
+                stream.video_files, names, os.path.join(writer.staging, VIDEO_STORE)
+            )
+            _write_metadataset(writer.staging, stream.source_files)
+        for episode in stream.episodes:
+            writer.write(episode)
+    r = writer.report
+    assert r is not None
+    return ImportReport(
+        r.path,
+        schema.source_version,
+        r.episodes,
+        r.steps,
+        r.shards,
+        r.bytes,
+        len(names),
+        video_bytes,
+        frames or "",
+        round(time.perf_counter() - t0, 3),
+    )
+
+
+def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list[str], root: str) -> int:
+    """The video files whole as members of tar shards under ``root``, prepared; returns their bytes."""
+    from ..prepare import prepare
+
+    os.makedirs(root)
+    shard, size, number, total = None, 0, -1, 0
+    try:
+        for name in names:
+            if shard is None or size >= VIDEO_SHARD_SIZE:
+                if shard is not None:
+                    shard.close()
+                number += 1
+                shard = tarfile.open(
+                    os.path.join(root, f"videos-{number:06d}.tar"), "w", format=tarfile.PAX_FORMAT
+                )
+                size = 0
+            with files[name]() as f:
+                f.seek(0, os.SEEK_END)
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = f.tell(), 0, 0o644
+                f.seek(0)
+                shard.addfile(info, f)
+            size += info.size
+            total += info.size
+    finally:
+        if shard is not None:
+            shard.close()
+    prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    return total
+
+
+def _write_metadataset(root: str, source_files: Mapping[str, bytes]) -> None:
+    """``metadataset.yaml``: the steps with the video store as their ``aux`` source (Energon's
+    polylithic form; the steps' ``.json`` parts name files of ``aux.videos``)."""
+    import json
+
+    splits = list(json.loads(source_files.get("meta/info.json", b"{}")).get("splits") or {"train": ""})
+    lines = ["__module__: megatron.energon", "__class__: MetadatasetV2", "splits:"]
+    for split in splits:
+        lines += [
+            f"  {split}:",
+            "    path: .",
+            f"    split_part: {split}",
+            "    aux:",
+            f"      videos: {VIDEO_STORE}",
+        ]
+    with open(os.path.join(root, METADATASET), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def export_lerobot(
+    dataset: str,
+    out: str,
+    *,
+    version: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> WriteReport:
+    """Export an episode dataset imported from LeRobot (or any episode dataset) to LeRobot ``version``
+    (default: the version it came from) at ``out``; see ``lerobot_write``."""
+    from ..episodes import episodes
+
+    view = episodes(dataset, storage_options=storage_options)
+    return write_lerobot(view.stream(), out, version=version, progress=progress)

@@ -162,14 +162,24 @@ def _check_templates(meta: LeRobotMeta, report: CheckReport, info_file: str) -> 
                 file=info_file,
             )
         elif meta.version == "v2.1" and "episode_index:06d" not in template:
-            report.add("warning", "templates", f"{key} {template!r}: episode numbers not zero-padded to 6", file=info_file)
+            report.add(
+                "warning",
+                "templates",
+                f"{key} {template!r}: episode numbers not zero-padded to 6",
+                file=info_file,
+            )
 
 
 def _check_features(meta: LeRobotMeta, report: CheckReport, info_file: str) -> None:
     report.checks += ["video_keys", "codebase_version", "chunks_size"]
     for key in meta.video_keys:
         if not key.startswith("observation.images."):
-            report.add("warning", "video_keys", f"video feature {key!r} is not under observation.images.*", file=info_file)
+            report.add(
+                "warning",
+                "video_keys",
+                f"video feature {key!r} is not under observation.images.*",
+                file=info_file,
+            )
     known = set(meta.tasks)
     report.checks.append("tasks")
     for e in meta.episodes:
@@ -192,11 +202,20 @@ def _check_files(meta: LeRobotMeta, present: set[str], report: CheckReport, stor
             named.add(path)
             if path not in present:
                 what = "video" if camera else "data"
-                report.add("error", "files", f"missing {what} file", file=storage.url(path), episode=e.index, camera=camera)
+                report.add(
+                    "error",
+                    "files",
+                    f"missing {what} file",
+                    file=storage.url(path),
+                    episode=e.index,
+                    camera=camera,
+                )
     for path in sorted(present - named):
         if path.startswith(("data/", "videos/")):
             hint = " (a number not zero-padded?)" if re.search(r"[_-]\d+\.", path) else ""
-            report.add("error", "templates", f"file not named by the path templates{hint}", file=storage.url(path))
+            report.add(
+                "error", "templates", f"file not named by the path templates{hint}", file=storage.url(path)
+            )
 
 
 def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> None:
@@ -213,19 +232,29 @@ def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> Non
             table = pq.read_table(f, columns=None)
         cols = set(table.column_names) - {"__index_level_0__"}
         for c in sorted(cols - want):
-            report.add("error", "columns", f"parquet column {c!r} is not in info.json features", file=storage.url(path))
+            report.add(
+                "error",
+                "columns",
+                f"parquet column {c!r} is not in info.json features",
+                file=storage.url(path),
+            )
         for c in sorted(want - cols):
             report.add("error", "columns", f"feature {c!r} has no parquet column", file=storage.url(path))
         if "episode_index" not in cols:
             continue
-        counts = dict(zip(*np.unique(table.column("episode_index").to_numpy(), return_counts=True), strict=True))
+        counts = dict(
+            zip(*np.unique(table.column("episode_index").to_numpy(), return_counts=True), strict=True)
+        )
         for ep in eps:
             entry = by_index[ep]
             rows = int(counts.get(ep, 0))
             if rows != entry.length:
                 report.add(
-                    "error", "rows", f"{rows} parquet rows where the episode's length is {entry.length}",
-                    file=storage.url(path), episode=ep,
+                    "error",
+                    "rows",
+                    f"{rows} parquet rows where the episode's length is {entry.length}",
+                    file=storage.url(path),
+                    episode=ep,
                 )
 
 
@@ -252,17 +281,35 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
         report.video_infos[path] = info
         camera = uses[0][1]
         if abs(info.fps - fps) > 1e-3:
-            report.add("error", "fps", f"video at {info.fps:g} fps where info.json says {fps:g}", file=url, camera=camera)
+            report.add(
+                "error",
+                "fps",
+                f"video at {info.fps:g} fps where info.json says {fps:g}",
+                file=url,
+                camera=camera,
+            )
         if info.codec not in READ_CODECS:
-            report.add("error", "codec", f"codec {info.codec!r} is not one LeRobot records", file=url, camera=camera)
+            report.add(
+                "error", "codec", f"codec {info.codec!r} is not one LeRobot records", file=url, camera=camera
+            )
         elif info.codec not in SPEC_CODECS:
-            report.add("warning", "codec", f"codec {info.codec!r}; the v2.1 document names H.264 (avc1)", file=url, camera=camera)
+            report.add(
+                "warning",
+                "codec",
+                f"codec {info.codec!r}; the v2.1 document names H.264 (avc1)",
+                file=url,
+                camera=camera,
+            )
         if meta.version == "v2.1":
             ep = uses[0][0]
             if info.frames != lengths[ep]:
                 report.add(
-                    "error", "frames", f"{info.frames} video frames where the episode has {lengths[ep]} rows",
-                    file=url, episode=ep, camera=camera,
+                    "error",
+                    "frames",
+                    f"{info.frames} video frames where the episode has {lengths[ep]} rows",
+                    file=url,
+                    episode=ep,
+                    camera=camera,
                 )
             continue
         total = 0
@@ -271,12 +318,19 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
             total += lengths[ep]
             if frames != lengths[ep]:
                 report.add(
-                    "error", "frames",
+                    "error",
+                    "frames",
                     f"time range {start:g}..{end:g} s holds {frames} frames where the episode has {lengths[ep]} rows",
-                    file=url, episode=ep, camera=cam,
+                    file=url,
+                    episode=ep,
+                    camera=cam,
                 )
         if info.frames != total:
             report.add(
-                "error", "frames", f"{info.frames} video frames where its episodes have {total} rows",
-                file=url, episode=uses[-1][0], camera=camera,
+                "error",
+                "frames",
+                f"{info.frames} video frames where its episodes have {total} rows",
+                file=url,
+                episode=uses[-1][0],
+                camera=camera,
             )

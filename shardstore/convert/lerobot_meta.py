@@ -163,13 +163,16 @@ def read_info(storage: Storage) -> tuple[dict[str, Any], str]:
         version = "v" + version
     if version not in VERSIONS:
         raise LeRobotFormatError(
-            f"unknown codebase_version {version or None!r} (shardstore reads {', '.join(VERSIONS)})", path=where
+            f"unknown codebase_version {version or None!r} (shardstore reads {', '.join(VERSIONS)})",
+            path=where,
         )
     for key in ("fps", "features", "data_path", "chunks_size"):
         if key not in info:
             raise LeRobotFormatError(f"info.json has no {key!r}", path=where)
     if not isinstance(info["chunks_size"], int) or info["chunks_size"] <= 0:
-        raise LeRobotFormatError(f"chunks_size must be a positive integer, not {info['chunks_size']!r}", path=where)
+        raise LeRobotFormatError(
+            f"chunks_size must be a positive integer, not {info['chunks_size']!r}", path=where
+        )
     return info, version
 
 
@@ -190,7 +193,9 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
             raise LeRobotFormatError(f"v2.1 needs {name}", path=storage.url(name))
     tasks = _jsonl(meta.files["meta/tasks.jsonl"], storage.url("meta/tasks.jsonl"))
     meta.tasks = [t["task"] for t in sorted(tasks, key=lambda t: t["task_index"])]
-    stats_rows = _jsonl(meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl"))
+    stats_rows = _jsonl(
+        meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl")
+    )
     stats = {int(r["episode_index"]): r.get("stats", {}) for r in stats_rows}
     where = storage.url("meta/episodes.jsonl")
     for row in _jsonl(meta.files["meta/episodes.jsonl"], where):
@@ -202,7 +207,13 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
         data = fill(info["data_path"], storage.url(INFO), episode_chunk=chunk, episode_index=ep)
         videos = {
             key: VideoSpan(
-                fill(info.get("video_path") or "", storage.url(INFO), episode_chunk=chunk, episode_index=ep, video_key=key),
+                fill(
+                    info.get("video_path") or "",
+                    storage.url(INFO),
+                    episode_chunk=chunk,
+                    episode_index=ep,
+                    video_key=key,
+                ),
                 0.0,
                 None,
             )
@@ -224,7 +235,9 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
     meta.tasks = [str(t[name_col]) if name_col else "" for t in sorted(tasks, key=lambda t: t["task_index"])]
     ep_files = [p for p in meta.files if p.startswith("meta/episodes/") and p.endswith(".parquet")]
     if not ep_files:
-        raise LeRobotFormatError("v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes"))
+        raise LeRobotFormatError(
+            "v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes")
+        )
     rows: list[dict[str, Any]] = []
     for p in ep_files:
         rows.extend(pq.read_table(io.BytesIO(meta.files[p])).to_pylist())
@@ -233,7 +246,10 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
         where = f"{storage.url(p)}: episode {ep}"
         try:
             data = fill(
-                info["data_path"], where, chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]
+                info["data_path"],
+                where,
+                chunk_index=row["data/chunk_index"],
+                file_index=row["data/file_index"],
             )
             videos = {}
             for key in meta.video_keys:
@@ -250,7 +266,13 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
                     float(row[pre + "to_timestamp"]),
                 )
             entry = EpisodeEntry(
-                ep, int(row["length"]), list(row.get("tasks") or []), data, int(row["dataset_from_index"]), videos, row
+                ep,
+                int(row["length"]),
+                list(row.get("tasks") or []),
+                data,
+                int(row["dataset_from_index"]),
+                videos,
+                row,
             )
         except KeyError as e:
             raise LeRobotFormatError(f"the episodes table has no column {e}", path=where) from e
@@ -284,7 +306,11 @@ def column_numpy(column: Any, rows: int) -> np.ndarray:
 
     arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
     shape = [rows]
-    while pa.types.is_list(arr.type) or pa.types.is_fixed_size_list(arr.type) or pa.types.is_large_list(arr.type):
+    while (
+        pa.types.is_list(arr.type)
+        or pa.types.is_fixed_size_list(arr.type)
+        or pa.types.is_large_list(arr.type)
+    ):
         if pa.types.is_fixed_size_list(arr.type):
             width = arr.type.list_size
         else:

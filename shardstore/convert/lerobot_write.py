@@ -120,10 +120,16 @@ class _Writer:
         for f in self.arrow_schema:
             values = episode.steps.get(f.name)
             if values is None:
-                raise LeRobotFormatError("no values for the parquet column", member=f"episode {episode.index}, field {f.name!r}")
+                raise LeRobotFormatError(
+                    "no values for the parquet column", member=f"episode {episode.index}, field {f.name!r}"
+                )
             if pa.types.is_struct(f.type):  # an image: {bytes, path}
                 paths = (episode.metadata.get("image_paths") or {}).get(f.name) or [None] * n
-                cols.append(pa.array([{"bytes": bytes(b), "path": p} for b, p in zip(values, paths, strict=True)], f.type))
+                cols.append(
+                    pa.array(
+                        [{"bytes": bytes(b), "path": p} for b, p in zip(values, paths, strict=True)], f.type
+                    )
+                )
             else:
                 cols.append(_to_arrow(np.asarray(values), f.type))
         return pa.Table.from_arrays(cols, schema=self.arrow_schema)
@@ -134,7 +140,9 @@ class _Writer:
         path = self._out(V21_PATHS[0].format(episode_chunk=chunk, episode_index=episode.index))
         pq.write_table(table, path)
         for key in self.video_keys:
-            out = self._out(V21_PATHS[1].format(episode_chunk=chunk, video_key=key, episode_index=episode.index))
+            out = self._out(
+                V21_PATHS[1].format(episode_chunk=chunk, video_key=key, episode_index=episode.index)
+            )
             self._video([self._clip(episode, key, n)], out, key)
 
     def _buffer_v30(self, episode: Episode, table: Any, n: int, record: dict[str, Any]) -> None:
@@ -163,7 +171,10 @@ class _Writer:
         if not self.pending.rows:
             return
         chunk, file = divmod(self.file_no, self.chunks_size)
-        pq.write_table(pa.concat_tables(self.pending.tables), self._out(V30_PATHS[0].format(chunk_index=chunk, file_index=file)))
+        pq.write_table(
+            pa.concat_tables(self.pending.tables),
+            self._out(V30_PATHS[0].format(chunk_index=chunk, file_index=file)),
+        )
         for record in self.pending.rows:
             record["row"].update({"data/chunk_index": chunk, "data/file_index": file})
         for key, clips in self.pending.clips.items():
@@ -172,12 +183,14 @@ class _Writer:
             t = 0.0
             for record, (clip, _) in zip(self.pending.rows, clips, strict=True):
                 span = clip.count / self.fps
-                record["row"].update({
-                    f"videos/{key}/chunk_index": chunk,
-                    f"videos/{key}/file_index": file,
-                    f"videos/{key}/from_timestamp": t,
-                    f"videos/{key}/to_timestamp": t + span,
-                })
+                record["row"].update(
+                    {
+                        f"videos/{key}/chunk_index": chunk,
+                        f"videos/{key}/file_index": file,
+                        f"videos/{key}/from_timestamp": t,
+                        f"videos/{key}/to_timestamp": t + span,
+                    }
+                )
                 t += span
         self.pending = _Pending()
         self.file_no += 1
@@ -235,7 +248,9 @@ class _Writer:
                     f.write(data)
             self.report.metadata = "source"
             return
-        tasks = list(self.schema.attrs.get("tasks") or sorted({t for r in self.rows for t in r["row"]["tasks"]}))
+        tasks = list(
+            self.schema.attrs.get("tasks") or sorted({t for r in self.rows for t in r["row"]["tasks"]})
+        )
         (self._meta_v21 if self.version == "v2.1" else self._meta_v30)(tasks)
         if "README.md" in files:
             with open(self._out("README.md"), "wb") as f:
@@ -250,7 +265,10 @@ class _Writer:
             return False
         for r in self.rows:
             src = r["source"]
-            if src.get("length") != r["row"]["length"] or src.get("episode_index") != r["row"]["episode_index"]:
+            if (
+                src.get("length") != r["row"]["length"]
+                or src.get("episode_index") != r["row"]["episode_index"]
+            ):
                 return False
             if self.version == "v3.0" and any(src.get(k) != v for k, v in r["row"].items() if "/" in k):
                 return False
@@ -272,7 +290,11 @@ class _Writer:
         if self.version == "v2.1":
             for k in ("data_files_size_in_mb", "video_files_size_in_mb"):
                 info.pop(k, None)
-            info["total_chunks"] = (max(r["row"]["episode_index"] for r in self.rows) // self.chunks_size + 1) if self.rows else 0
+            info["total_chunks"] = (
+                (max(r["row"]["episode_index"] for r in self.rows) // self.chunks_size + 1)
+                if self.rows
+                else 0
+            )
             info["total_videos"] = len(self.rows) * len(self.video_keys)
         else:
             for k in ("total_chunks", "total_videos"):
@@ -284,7 +306,13 @@ class _Writer:
     def _meta_v21(self, tasks: list[str]) -> None:
         self._json("meta/info.json", self._info(tasks))
         self._lines("meta/tasks.jsonl", [{"task_index": i, "task": t} for i, t in enumerate(tasks)])
-        self._lines("meta/episodes.jsonl", [{k: v for k, v in r["row"].items() if "/" not in k and not k.startswith("dataset_")} for r in self.rows])
+        self._lines(
+            "meta/episodes.jsonl",
+            [
+                {k: v for k, v in r["row"].items() if "/" not in k and not k.startswith("dataset_")}
+                for r in self.rows
+            ],
+        )
         self._lines(
             "meta/episodes_stats.jsonl",
             [{"episode_index": r["row"]["episode_index"], "stats": _listed(r["stats"])} for r in self.rows],
@@ -402,8 +430,12 @@ def _features_of(schema: Schema) -> dict[str, Any]:
     for f in schema.fields:
         names = f.attrs.get("names")
         if f.kind == "video" or "video" in f.attrs:
-            out[f.name] = {"dtype": "video", "shape": list(f.shape), "names": names or ["height", "width", "channels"],
-                           "info": {"video.codec": f.encoding or f.attrs.get("video") or "h264"}}
+            out[f.name] = {
+                "dtype": "video",
+                "shape": list(f.shape),
+                "names": names or ["height", "width", "channels"],
+                "info": {"video.codec": f.encoding or f.attrs.get("video") or "h264"},
+            }
         elif f.kind == "media":
             out[f.name] = {"dtype": "image", "shape": list(f.shape), "names": names}
         elif f.kind == "array":
@@ -422,7 +454,9 @@ def _to_arrow(values: np.ndarray, t: Any) -> Any:
         width = values.shape[1] if values.ndim > 1 else 0
         inner = _to_arrow(values.reshape((-1, *values.shape[2:])), t.value_type)
         offsets = pa.array(np.arange(len(values) + 1, dtype=np.int32) * width)
-        return (pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray).from_arrays(offsets, inner, type=t)
+        return (pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray).from_arrays(
+            offsets, inner, type=t
+        )
     return pa.array(values, type=t)
 
 
@@ -452,7 +486,9 @@ def _stats(episode: Episode, schema: Schema, n: int) -> dict[str, dict[str, np.n
     return out
 
 
-def aggregate_stats(per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+def aggregate_stats(
+    per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]],
+) -> dict[str, dict[str, np.ndarray]]:
     """Dataset stats from per-episode ones: min of mins, max of maxes, count-weighted mean, and the
     pooled std (within-episode variance plus the spread of the episodes' means)."""
     out: dict[str, dict[str, np.ndarray]] = {}
@@ -481,7 +517,12 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
     av = import_av()
     from PIL import Image
 
-    pics = [np.asarray(Image.open(io.BytesIO(v)).convert("RGB")) if isinstance(v, bytes | bytearray) else np.asarray(v) for v in values]
+    pics = [
+        np.asarray(Image.open(io.BytesIO(v)).convert("RGB"))
+        if isinstance(v, bytes | bytearray)
+        else np.asarray(v)
+        for v in values
+    ]
     if not pics:
         raise LeRobotFormatError("no frames to encode", member=where)
     rate = Fraction(fps).limit_denominator(1001)

@@ -27,7 +27,13 @@ from ..errors import DecodeError
 __all__ = ["Clip", "VideoInfo", "probe", "write_clips", "ENCODERS"]
 
 #: Decoder name -> the encoder that writes the same codec.
-ENCODERS = {"h264": "libx264", "av1": "libsvtav1", "libdav1d": "libsvtav1", "hevc": "libx265", "mpeg4": "mpeg4"}
+ENCODERS = {
+    "h264": "libx264",
+    "av1": "libsvtav1",
+    "libdav1d": "libsvtav1",
+    "hevc": "libx265",
+    "mpeg4": "mpeg4",
+}
 #: Frames between keyframes when re-encoding (LeRobot's recorder uses 2: cheap random access).
 REENCODE_GOP = 2
 
@@ -215,4 +221,3 @@ def _reencode(clips: Sequence[Clip], info: VideoInfo, out: str, fps: float) -> N
                         dst.mux(p)
         for p in ostream.encode():
             dst.mux(p)
-

@@ -23,7 +23,7 @@ import json
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO, Any
@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
 
-__all__ = ["VideoRef", "RangeFile", "FrameDecoder", "import_av"]
+__all__ = ["VideoRef", "RangeFile", "FrameDecoder", "VideoStore", "VIDEO_STORE", "import_av"]
 
 #: Bytes fetched per read of a ``RangeFile`` (a range GET on S3): an mp4's boxes are read in small
 #: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
@@ -164,7 +164,9 @@ class _OpenVideo:
         for pts, arr in self.frames.items():
             if abs(pts - target) <= half:
                 return arr
-        ahead = self.position is not None and self.position < target <= self.position + max(self.gop, self.frame_pts)
+        ahead = self.position is not None and self.position < target <= self.position + max(
+            self.gop, self.frame_pts
+        )
         if not ahead:
             self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
             self.decoder = self.container.decode(self.stream)
@@ -235,3 +237,62 @@ class FrameDecoder:
             for video in self._open.values():
                 video.close()
             self._open.clear()
+
+
+#: Where an import keeps its video files: a prepared dataset in this folder of the episode dataset
+#: (hidden, so neither tool's prepare of the episode dataset takes its shards for its own).
+VIDEO_STORE = ".videos"
+
+
+class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
+    """The video files of an episode dataset: a prepared dataset of mp4 members (``IndexedTarStore``)
+    named as in the source (``videos/chunk-000/observation.images.front/episode_000000.mp4``).
+
+    As a mapping it gives, per file name, an opener of a ``RangeFile`` over the member's bytes in
+    its shard (what ``EpisodeStream.video_files`` holds on export); ``decoder`` decodes frames
+    from it. ``names`` are the files the import wrote (``Schema.attrs["video_files"]``).
+    """
+
+    def __init__(self, url: str, names: Sequence[str], storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.names = list(names)
+        self.storage_options = storage_options
+        self._store: Any = None
+        self._decoder: FrameDecoder | None = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from ..filestores import IndexedTarStore
+
+            self._store = IndexedTarStore(self.url, storage_options=self.storage_options)
+        return self._store
+
+    def open(self, name: str) -> IO[bytes]:
+        """A seekable file over the member ``name``; ``SampleNotFoundError`` if there is none."""
+        path, rng = self.store.locate(name)
+        return RangeFile(self.store.storage, path, rng.offset, rng.size)
+
+    @property
+    def decoder(self) -> FrameDecoder:
+        if self._decoder is None:
+            self._decoder = FrameDecoder(self.open)
+        return self._decoder
+
+    def __getitem__(self, name: str) -> Callable[[], IO[bytes]]:
+        if name not in self.names:
+            raise KeyError(name)
+        return lambda: self.open(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # open stores and decoders stay in their process; a worker opens its own
+        return {"url": self.url, "names": self.names, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["names"], state["storage_options"])  # type: ignore[misc]
