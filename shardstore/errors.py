@@ -26,6 +26,7 @@ __all__ = [
     "MountError",
     "WorkerDiedError",
     "EpisodeFormatError",
+    "LeRobotFormatError",
     "TFRecordFormatError",
     "place_message",
 ]
@@ -162,6 +163,11 @@ class MountError(ShardstoreError, OSError):
 class EpisodeFormatError(ShardstoreError, ValueError):
     """An episode does not fit the episode model or its format's rules; ``member`` names the episode
     and field (``episode 3, field 'actions'``), ``path`` the source file."""
+
+
+class LeRobotFormatError(EpisodeFormatError):
+    """A LeRobot dataset breaks its format's rules (``shardstore check lerobot`` lists them all);
+    the message names the episode, the camera and the file."""
 
 
 class TFRecordFormatError(ShardstoreError, ValueError):
