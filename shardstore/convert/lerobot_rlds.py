@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..errors import EpisodeFormatError
+from ..errors import DecodeError, EpisodeFormatError
 
 __all__ = [
     "DEFAULT_MAIN_CAMERAS",
@@ -45,6 +45,7 @@ __all__ = [
     "MappingReport",
     "chw_to_hwc",
     "lerobot_to_rlds",
+    "video_frames",
     "write_lerobot_rlds",
 ]
 
@@ -216,6 +217,8 @@ def lerobot_to_rlds(
         source_version="1.0.0",
         attrs={"converted_from": f"lerobot {src.source_version}"},
     )
+    if frames is None and any(c.source.kind == "video" for c in cameras):
+        frames = video_frames(stream)
     mapper = _Mapper(
         src, stream.source_files, cameras, states, action, reward, done, frames, report, image_encoding
     )
@@ -300,7 +303,8 @@ class _Mapper:
         out_index = 0
         for ep in episodes:
             n = ep.length(self.src)
-            source_index = int(ep.metadata.get("episode_index", ep.index))
+            row = ep.metadata.get("source_row")
+            source_index = int((row if isinstance(row, dict) else ep.metadata).get("episode_index", ep.index))
             entry: dict[str, Any] = {
                 "episode_id": None,
                 "source_episode_index": source_index,
@@ -436,19 +440,37 @@ class _Mapper:
         template = self.info.get("data_path")
         if not isinstance(template, str):
             return ""
-        chunk = int(
-            ep.metadata.get("data/chunk_index", source_index // int(self.info.get("chunks_size", 1000)))
-        )
+        row = ep.metadata.get("source_row")
+        row = row if isinstance(row, dict) else ep.metadata
+        chunk = int(row.get("data/chunk_index", source_index // int(self.info.get("chunks_size", 1000))))
         values = {
             "episode_chunk": chunk,
             "episode_index": source_index,
             "chunk_index": chunk,
-            "file_index": int(ep.metadata.get("data/file_index", 0)),
+            "file_index": int(row.get("data/file_index", 0)),
         }
         try:
             return posixpath.normpath(template.format(**values))
         except (KeyError, IndexError, ValueError):
             return ""
+
+
+def video_frames(stream: EpisodeStream) -> FramesFn:
+    """The frames of a video field's ``VideoRef`` values, decoded from ``stream.video_files`` as the
+    spec's ``extract_frames``: in order, stopping where the video has no more frames (the frame
+    count check then fails the episode)."""
+    from ..episodes.video import FrameDecoder
+
+    decoder = FrameDecoder(lambda name: stream.video_files[name]())
+
+    def frames(ep: Episode, f: FieldSpec, n: int) -> Iterator[np.ndarray]:
+        for ref in ep.steps[f.name][:n]:
+            try:
+                yield decoder.frame(ref.file, ref.timestamp)
+            except (DecodeError, KeyError):
+                return
+
+    return frames
 
 
 class _EpisodeFailed(Exception):

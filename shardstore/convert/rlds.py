@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,20 +33,20 @@ from ..storage import open_storage
 from .rlds_features import Leaf, build_features_json, leaf_to_field, parse_features_json
 from .tfrecord import example_class, frame, iter_records, parse_example, serialize
 
+if TYPE_CHECKING:
+    from ..episodes.writer import WriteReport
+
 __all__ = [
-    "SOURCE_KEY",
     "RldsInfo",
     "decode_example",
     "encode_episode",
+    "export_rlds",
+    "import_rlds",
     "read_rlds",
     "read_rlds_info",
     "write_rlds",
 ]
 
-#: The metadata key under which ``read_rlds`` records where an episode came from:
-#: ``{"split": ..., "shard": <file name>, "shard_index": i, "record": r}``. Writers of other formats
-#: and ``build_features_json`` skip keys that start with ``_``.
-SOURCE_KEY = "_rlds"
 FEATURES_JSON = "features.json"
 DATASET_INFO_JSON = "dataset_info.json"
 _TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
@@ -147,7 +147,7 @@ def read_rlds(
                         msg = parse_example(record.payload, os.path.join(src, name), record.index)
                         ep = decode_example(msg, info.leaves, os.path.join(src, name), record.index, index)
                         ep.split = s.name
-                        ep.metadata[SOURCE_KEY] = {
+                        ep.source = {
                             "split": s.name,
                             "shard": name,
                             "shard_index": i,
@@ -383,7 +383,7 @@ def write_rlds(
         known = {s.name: len(s.shard_lengths) for s in info.splits} if rlds_source else {}
         for ep in _chain(first, episodes):
             split = ep.split or "train"
-            source = ep.metadata.get(SOURCE_KEY) if rlds_source else None
+            source = ep.source if rlds_source else None
             if isinstance(source, Mapping) and source.get("split") == split and split in known:
                 shard = int(source["shard_index"])
                 count: int | None = known[split]
@@ -475,3 +475,60 @@ def _swap_in(stage: str, out: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(stage, out)
+
+
+# ----- the shard store as one more spoke -----------------------------------------------------------
+def import_rlds(
+    src: str,
+    out: str,
+    *,
+    split: str | None = None,
+    force: bool = False,
+    progress: bool = False,
+    storage_options: dict[str, Any] | None = None,
+) -> WriteReport:
+    """Import the TFDS version folder ``src`` (all splits, or ``split``) into a new episode dataset
+    at ``out``: one sample per step, images as their encoded bytes, tensors ``.npy`` with the dtype
+    and shape of ``features.json``, text ``.txt``; ``features.json`` and ``dataset_info.json`` kept
+    under ``.nv-meta/source/``; each episode's split, shard and record in the episode index.
+    Staged and moved into place at the end: ``out`` never holds half an import."""
+    from ..episodes.writer import EpisodeWriter
+
+    stream = read_rlds(src, split, storage_options)
+    writer = EpisodeWriter(
+        out, schema=stream.schema, source_files=stream.source_files, force=force, progress=progress
+    )
+    return writer.write_stream(stream)
+
+
+def export_rlds(
+    dataset: str,
+    out: str,
+    *,
+    split: str | None = None,
+    main_camera: str | None = None,
+    image_encoding: str = "png",
+    name: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write the episode dataset ``dataset`` (all episodes, or ``split``'s) as the TFDS version folder
+    ``out`` and return its ``dataset_info.json`` (plus ``report``: the LeRobot mapping's report,
+    when there is one).
+
+    A dataset imported from RLDS gets back its ``features.json``, splits and shard count (its
+    Examples byte for byte); one imported from LeRobot goes through the mapping spec
+    (``lerobot_rlds``: ``main_camera``, ``image_encoding``, the report beside ``out``); any other
+    gets a ``features.json`` from its schema.
+    """
+    from ..episodes import episodes
+
+    stream = episodes(dataset, split, storage_options=storage_options).stream()
+    if stream.schema.source_format == "lerobot":
+        from .lerobot_rlds import write_lerobot_rlds
+
+        report = write_lerobot_rlds(
+            stream, out, main_camera=main_camera, image_encoding=image_encoding, name=name
+        )
+        with open(os.path.join(out, DATASET_INFO_JSON)) as f:
+            return dict(json.load(f), report=report)
+    return write_rlds(stream, out, name=name)

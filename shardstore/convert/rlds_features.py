@@ -210,8 +210,6 @@ def build_features_json(schema: Schema, metadata: Mapping[str, Any]) -> str:
 def _metadata_nodes(metadata: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, value in metadata.items():
-        if name.startswith("_"):
-            continue
         if isinstance(value, Mapping):
             out[name] = _dict_node(_metadata_nodes(value))
         elif isinstance(value, str):

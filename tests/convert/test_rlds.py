@@ -65,7 +65,7 @@ def test_read_matches_source(source: tuple[Path, dict[str, list[dict[str, Any]]]
         ep.validate(stream.schema)
         assert_episode_equals(ep, want)
     # where each episode came from: (shard, record)
-    src = episodes[3].metadata["_rlds"]
+    src = episodes[3].source
     assert src == {
         "split": "train",
         "shard": "robo-train.tfrecord-00002-of-00003",
