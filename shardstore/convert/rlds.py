@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, Schema
+from ..episodes.model import Episode, EpisodeStream, Schema, to_jsonable
 from ..errors import ConfigError, EpisodeFormatError, TFRecordFormatError
 from ..storage import open_storage
 from .rlds_features import Leaf, build_features_json, leaf_to_field, parse_features_json
@@ -325,7 +325,7 @@ def _fill(feature: Any, leaf: Leaf, value: Any, where: str) -> None:
     target = getattr(feature, leaf.list_kind)
     if leaf.list_kind == "bytes_list":
         items = value if leaf.in_steps else [value]
-        target.value.extend(v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in items)
+        target.value.extend(_as_bytes(v) for v in items)
         return
     arr = np.asarray(value)
     want = leaf.shape if not leaf.in_steps else (len(arr), *leaf.shape) if arr.ndim else None
@@ -336,6 +336,15 @@ def _fill(feature: Any, leaf: Leaf, value: Any, where: str) -> None:
     wire = arr.astype(np.float32 if leaf.list_kind == "float_list" else np.int64).ravel()
     target.SetInParent()
     target.value.extend(wire.tolist())
+
+
+def _as_bytes(value: Any) -> bytes:
+    """Text as UTF-8, bytes as they are, any other metadata value as its typed JSON."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    return json.dumps(to_jsonable(value), sort_keys=True).encode("utf-8")
 
 
 def write_rlds(

@@ -171,8 +171,8 @@ def leaf_to_field(leaf: Leaf) -> FieldSpec:
 def build_features_json(schema: Schema, metadata: Mapping[str, Any]) -> str:
     """A TFDS ``features.json`` for episodes of ``schema`` (from any format): array fields become
     ``Tensor``/``Scalar``, png or jpeg media ``Image``, text ``Text``, plus the three flags; the
-    other top-level features come from one episode's ``metadata`` (numpy scalars and arrays, str,
-    bool, int, float; nested dicts become FeaturesDicts). Raises ``EpisodeFormatError`` for what
+    other top-level features come from one episode's ``metadata`` (numpy scalars and arrays become
+    tensors, str text, nested dicts FeaturesDicts, anything else text holding its typed JSON). Raises ``EpisodeFormatError`` for what
     TFDS cannot hold (video fields, media in another encoding, a ``steps+1`` field)."""
     steps: dict[str, Any] = {}
     for f in schema.fields:
@@ -218,10 +218,8 @@ def _metadata_nodes(metadata: Mapping[str, Any]) -> dict[str, Any]:
             arr = np.asarray(value)
             dtype = arr.dtype if isinstance(value, np.generic | np.ndarray) else _python_dtype(value)
             out[name] = _tensor_node(dtype, arr.shape)
-        else:
-            raise EpisodeFormatError(
-                f"metadata of type {type(value).__name__} has no TFDS feature", member=name
-            )
+        else:  # lists, None, bytes...: a Text feature holding the value as typed JSON
+            out[name] = {"pythonClassName": _CLASSES["text"], "text": {}}
     return out
 
 
