@@ -7,6 +7,7 @@ sqlite3 nor fsspec directly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -329,6 +330,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 
 @main.command("check")
 @click.argument("path")
+@click.argument("source", required=False)
 @click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
 @click.option(
     "--ref",
@@ -342,7 +344,13 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @json_option
 @handle_errors
 def check_command(
-    path: str, deep: bool, refs: tuple[str, ...], storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+    path: str,
+    source: str | None,
+    deep: bool,
+    refs: tuple[str, ...],
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
 
@@ -356,7 +364,13 @@ def check_command(
       shardstore check ./ds
       shardstore check ./ds --deep --json
       shardstore check meta.yaml --ref 'json[image]'
+      shardstore check lerobot ./my_lerobot
     """
+    if source is not None:  # `check FORMAT SRC`: an outside format's checklist
+        if path not in FORMAT_CHECKS:
+            raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(FORMAT_CHECKS)}, not {path!r}")
+        FORMAT_CHECKS[path](source, storage_options, quiet, as_json)
+        return
     if _is_metadataset(path):  # every dataset and aux path; with --ref, every referenced aux file
         from .metadataset import metadataset_check
 
@@ -580,6 +594,149 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
     umount(mountpoint)
     if not quiet:
         click.echo(f"Unmounted {mountpoint}")
+
+
+# ----- LeRobot: import, export, check ---------------------------------------------------------------
+# The `import` and `export` groups: the episodes branch may define the same two groups; keep one
+# pair and add the `lerobot` commands to it.
+@main.group("import")
+def import_group() -> None:
+    """Import a robot-learning dataset into a new episode dataset (shards + episode index).
+
+    \b
+    Example:
+      shardstore import lerobot ./my_lerobot ./ds
+    """
+
+
+@main.group("export")
+def export_group() -> None:
+    """Export an episode dataset to a robot-learning format.
+
+    \b
+    Example:
+      shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
+    """
+
+
+@import_group.command("lerobot")
+@click.argument("src")
+@click.argument("out", required=False)
+@click.option(
+    "--frames",
+    type=click.Choice(["jpg", "png", "npy"]),
+    default=None,
+    help="Decode every video frame into the step samples (jpg, png or npy) instead of keeping the mp4s whole.",
+)
+@click.option("--check-only", is_flag=True, help="Only run the LeRobot checklist on SRC (as `shardstore check lerobot SRC`).")
+@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def import_lerobot_command(
+    src: str,
+    out: str | None,
+    frames: str | None,
+    check_only: bool,
+    force: bool,
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Import a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) into OUT.
+
+    One sample per frame; vector columns as .npy, image columns as their PNG bytes; the mp4s kept
+    whole in OUT/.videos (frames decoded at random from them), or decoded into the samples with
+    --frames. SRC is checked first; a dataset with errors is refused and nothing is written.
+
+    \b
+    Example:
+      shardstore import lerobot ./my_lerobot ./ds
+      shardstore import lerobot ./my_lerobot ./ds_jpg --frames jpg
+      shardstore import lerobot ./my_lerobot --check-only
+    """
+    if check_only:
+        _lerobot_check(src, storage_options, quiet, as_json)
+        return
+    if out is None:
+        raise click.UsageError("OUT is required (or pass --check-only)")
+    from .convert.lerobot import import_lerobot
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    report = import_lerobot(
+        src, out, frames=frames, force=force, progress=show, storage_options=storage_options  # type: ignore[arg-type]
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        videos = f", {report.video_files} videos ({report.video_bytes / 1e6:.1f} MB) in .videos" if report.video_files else ""
+        click.echo(
+            f"Imported {src} (LeRobot {report.version}) into {report.out}: {report.episodes} episodes, "
+            f"{report.steps} frames, {report.shards} shards ({report.bytes / 1e6:.1f} MB){videos} in {report.seconds:.1f} s"
+        )
+
+
+@export_group.command("lerobot")
+@click.argument("dataset")
+@click.argument("out")
+@click.option(
+    "--version",
+    "version",
+    type=click.Choice(["2.1", "3.0", "v2.1", "v3.0"]),
+    default=None,
+    help="LeRobot version to write (default: the version the dataset came from).",
+)
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_lerobot_command(
+    dataset: str, out: str, version: str | None, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Export an episode dataset to a new LeRobot dataset at OUT (v2.1 or v3.0).
+
+    Parquet files with the source's schema, the source's metadata files (rewritten only where the
+    version or the episodes changed), the mp4s copied, cut or joined at keyframes (re-encoded with
+    the source codec only where the GOP does not allow it; the report lists those files).
+
+    \b
+    Example:
+      shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
+    """
+    from .convert.lerobot import export_lerobot
+
+    report = export_lerobot(dataset, out, version=version, storage_options=storage_options)
+    if as_json:
+        echo_json(dataclasses.asdict(report))
+    elif not quiet:
+        click.echo(
+            f"Exported {dataset} to {report.out} (LeRobot {report.version}): {report.episodes} episodes, "
+            f"{report.frames} frames, {report.videos} videos ({report.copied_videos} copied, "
+            f"{report.remuxed_videos} remuxed, {len(report.reencoded)} re-encoded); metadata {report.metadata}"
+        )
+        for path in report.reencoded:
+            click.echo(f"re-encoded: {path} (episode boundaries off keyframes)")
+
+
+def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Print the LeRobot checklist's report; exit 1 when it has errors."""
+    from .convert.lerobot import check
+
+    report = check(src, storage_options=storage_options)
+    if as_json:
+        click.echo(report.to_json())
+    elif not quiet:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+#: `shardstore check FORMAT SRC`: the checks of outside formats, by name.
+FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None]] = {"lerobot": _lerobot_check}
 
 
 if __name__ == "__main__":
