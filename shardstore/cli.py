@@ -739,5 +739,137 @@ def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool
 FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None]] = {"lerobot": _lerobot_check}
 
 
+# ----- RLDS: import, export, check ------------------------------------------------------------------
+@import_group.command("rlds")
+@click.argument("src")
+@click.argument("out")
+@click.option("--split", default=None, help="Only this split of dataset_info.json (e.g. train); default: all splits.")
+@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def import_rlds_command(
+    src: str,
+    out: str,
+    split: str | None,
+    force: bool,
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Import an RLDS dataset (a TFDS version folder of TFRecord shards, local or fsspec URL) into OUT.
+
+    One sample per step: images as their encoded bytes, tensors as .npy with features.json's dtype
+    and shape, text as .txt; every record's CRCs and RLDS's is_first/is_last/is_terminal rules are
+    checked. features.json and dataset_info.json are kept under .nv-meta/source/, each episode's
+    shard and record in the episode index. No TensorFlow needed.
+
+    \b
+    Example:
+      shardstore import rlds ./robo/1.0.0 ./ds
+      shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
+    """
+    from .convert.rlds import import_rlds
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    report = import_rlds(src, out, split=split, force=force, progress=show, storage_options=storage_options)
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        click.echo(
+            f"Imported {src} (RLDS) into {report.path}: {report.episodes} episodes, {report.steps} steps, "
+            f"{report.shards} shards ({report.bytes / 1e6:.1f} MB) in {report.seconds:.1f} s"
+        )
+
+
+@export_group.command("rlds")
+@click.argument("dataset")
+@click.argument("out")
+@click.option("--split", default=None, help="Only this split's episodes; default: all.")
+@click.option(
+    "--main-camera",
+    default=None,
+    help="LeRobot sources: the camera key that becomes observation/image (default: observation.images.top, "
+    "else observation.image, else the first camera).",
+)
+@click.option(
+    "--image-encoding",
+    type=click.Choice(["png", "jpeg"]),
+    default="png",
+    help="LeRobot sources: how converted frames are encoded (png: lossless).",
+)
+@click.option("--name", default=None, help="Dataset name in the shard file names (default: the source's).")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_rlds_command(
+    dataset: str,
+    out: str,
+    split: str | None,
+    main_camera: str | None,
+    image_encoding: str,
+    name: str | None,
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Export an episode dataset as RLDS: OUT becomes the TFDS version folder (dataset_info.json,
+    features.json and TFRecord shards in it) that tfds.builder_from_directory(OUT) reads.
+
+    A dataset imported from RLDS gets back its features.json, split names and shard count, with
+    byte-identical records. One imported from LeRobot is converted as the LeRobot -> RLDS mapping
+    spec says, and its validation report is written beside OUT (OUT.report.json, OUT.report.txt).
+
+    \b
+    Example:
+      shardstore export rlds ./ds ./export/robo/1.0.0
+      shardstore export rlds ./lerobot_ds ./rlds/1.0.0 --main-camera observation.images.wrist
+    """
+    from .convert.rlds import export_rlds
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    info = export_rlds(
+        dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
+        progress=show, storage_options=storage_options,
+    )
+    if as_json:
+        echo_json(info)
+    elif not quiet:
+        splits = ", ".join(
+            f"{s['name']}: {sum(int(n) for n in s['shardLengths'])} episodes in {len(s['shardLengths'])} shards"
+            for s in info["splits"]
+        )
+        click.echo(f"Exported {dataset} to {out} (RLDS): {splits}")
+        if "report" in info:
+            t = info["report"]["totals"]
+            verdict = "valid" if info["report"]["validation"]["ok"] else "INVALID"
+            click.echo(
+                f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
+                f"{len(info['report']['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
+            )
+
+
+def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Print the RLDS validation report (the mapping spec's rules); exit 1 when a rule fails."""
+    from .convert.rlds_check import check_rlds
+
+    report = check_rlds(src, storage_options=storage_options)
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        click.echo(report.text())
+    if not report.ok:
+        sys.exit(1)
+
+
+FORMAT_CHECKS["rlds"] = _rlds_check
+
+
 if __name__ == "__main__":
     main()

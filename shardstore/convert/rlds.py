@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -518,6 +518,7 @@ def export_rlds(
     main_camera: str | None = None,
     image_encoding: str = "png",
     name: str | None = None,
+    progress: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the episode dataset ``dataset`` (all episodes, or ``split``'s) as the TFDS version folder
@@ -532,6 +533,13 @@ def export_rlds(
     from ..episodes import episodes
 
     stream = episodes(dataset, split, storage_options=storage_options).stream()
+    if progress:
+        import sys
+
+        from tqdm import tqdm
+
+        bar = tqdm(stream.episodes, total=stream.count, unit="episode", desc="Writing RLDS", file=sys.stderr)
+        stream = replace(stream, episodes=bar)
     if stream.schema.source_format == "lerobot":
         from .lerobot_rlds import write_lerobot_rlds
 
