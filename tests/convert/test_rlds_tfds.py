@@ -7,6 +7,7 @@ compared. Skips when that venv is missing, except in CI, where it fails.
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -18,7 +19,7 @@ from ci import in_ci
 from PIL import Image
 from rlds_source import META_SPECS, STEP_SPECS, write_rlds_source
 
-from shardstore.convert.rlds import read_rlds, write_rlds
+from shardstore.convert.rlds import export_rlds, read_rlds, write_rlds
 
 ROOT = Path(__file__).resolve().parents[2]
 TFDS_PYTHON = Path(os.environ.get("SHARDSTORE_TFDS_VENV", ROOT / ".venv-tfds")) / "bin" / "python"
@@ -161,3 +162,55 @@ def gen(first, n):
 tfds.dataset_builders.store_as_tfds_dataset(name="tfdsmade", version="1.0.0", features=feats, data_dir=sys.argv[1],
     split_datasets={"train": list(gen(0, 3)), "val": list(gen(3, 2))}, disable_shuffling=True)
 """
+
+
+def test_tfds_reads_lerobot_to_rlds(tmp_path: Path) -> None:
+    """The LeRobot -> RLDS output loads in tfds, with the mapping spec's feature spec and our values."""
+    from test_lerobot_rlds_real import make_source
+
+    ds = make_source(tmp_path, "v3.0")
+    out = tmp_path / "rlds" / "lr" / "1.0.0"
+    export_rlds(str(ds), str(out))
+    got = tfds_load(out, tmp_path)
+    spec = json.loads(str(got["__features__"]))["content"]["features"]  # as TFDS built them
+
+    def leaf(node: dict[str, Any]) -> tuple[str, str, list[str]]:
+        cls = node["pythonClassName"].rsplit(".", 1)[1]
+        body = node.get("tensor") or node.get("image") or {}
+        return cls, body.get("dtype", ""), body.get("shape", {}).get("dimensions", [])
+
+    meta = {k: leaf(v) for k, v in spec["episode_metadata"]["featuresDict"]["features"].items()}
+    assert meta == {
+        "episode_id": ("Scalar", "int64", []),
+        "source_dataset_version": ("Text", "", []),
+        "source_episode_index": ("Scalar", "int64", []),
+        "tasks": ("Text", "", []),
+        "language_instruction": ("Text", "", []),
+        "file_path": ("Text", "", []),
+    }
+    steps = spec["steps"]["sequence"]["feature"]["featuresDict"]["features"]
+    obs = {k: leaf(v) for k, v in steps.pop("observation")["featuresDict"]["features"].items()}
+    assert obs == {
+        "image": ("Image", "uint8", ["16", "16", "3"]),
+        "image_front": ("Image", "uint8", ["16", "16", "3"]),
+        "state": ("Tensor", "float32", ["6"]),
+    }
+    assert {k: leaf(v) for k, v in steps.items()} == {
+        "action": ("Tensor", "float32", ["6"]),
+        "reward": ("Scalar", "float32", []),
+        "discount": ("Scalar", "float32", []),
+        "is_first": ("Scalar", "bool", []),
+        "is_last": ("Scalar", "bool", []),
+        "is_terminal": ("Scalar", "bool", []),
+        "language_instruction": ("Text", "", []),
+    }
+    for i, ep in enumerate(read_rlds(str(out)).episodes):
+        p = f"train/{i}/steps"
+        np.testing.assert_array_equal(got[f"{p}/observation/state"], ep.steps["observation.state"])
+        np.testing.assert_array_equal(got[f"{p}/action"], ep.steps["action"])
+        np.testing.assert_array_equal(
+            got[f"{p}/observation/image_front"],
+            np.stack([decoded(b) for b in ep.steps["observation.image_front"]]),
+        )
+        assert got[f"{p}/is_first"].tolist() == [True] + [False] * (len(ep.steps["action"]) - 1)
+        assert int(got[f"train/{i}/episode_metadata/episode_id"]) == i
