@@ -238,6 +238,7 @@ def _cameras(src: Schema, main: str | None, encoding: str, report: MappingReport
     for f in found:
         cam = f.name[len(CAMERA_PREFIX) :] if f.name.startswith(CAMERA_PREFIX) else "image"
         key = "observation.image" if f.name == main else f"observation.image_{cam}"
+        shape: tuple[int, ...]
         if f.kind == "array" and len(f.shape) == 3 and np.dtype(f.dtype).kind == "f":
             shape, how = (
                 (f.shape[1], f.shape[2], f.shape[0]),
@@ -392,11 +393,11 @@ class _Mapper:
     def images(self, ep: Episode, cam: _Camera, n: int, source_index: int) -> list[bytes]:
         f = cam.source
         if f.kind == "media":
-            return [bytes(b) for b in ep.steps[f.name]]
+            return [bytes(b) for b in ep.steps[f.name]]  # type: ignore[arg-type]
         if f.kind == "video":
             if self.frames is None:
                 raise EpisodeFormatError("a video camera needs a frame decoder (frames=)", member=f.name)
-            got = []
+            got: list[np.ndarray] = []
             for frame in self.frames(ep, f, n):
                 if len(got) >= n:
                     break
@@ -459,12 +460,13 @@ def video_frames(stream: EpisodeStream) -> FramesFn:
     """The frames of a video field's ``VideoRef`` values, decoded from ``stream.video_files`` as the
     spec's ``extract_frames``: in order, stopping where the video has no more frames (the frame
     count check then fails the episode)."""
-    from ..episodes.video import FrameDecoder
+    from ..episodes.video import FrameDecoder, VideoRef
 
     decoder = FrameDecoder(lambda name: stream.video_files[name]())
 
     def frames(ep: Episode, f: FieldSpec, n: int) -> Iterator[np.ndarray]:
-        for ref in ep.steps[f.name][:n]:
+        refs: list[VideoRef] = list(ep.steps[f.name][:n])  # type: ignore[arg-type]
+        for ref in refs:
             try:
                 yield decoder.frame(ref.file, ref.timestamp)
             except (DecodeError, KeyError):

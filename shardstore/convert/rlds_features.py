@@ -122,7 +122,7 @@ def _walk(node: Any, at: tuple[str, ...], leaves: list[Leaf], path: str) -> None
 def _leaf(node: dict[str, Any], at: tuple[str, ...], path: str, where: str) -> Leaf:
     try:
         if "tensor" in node or "scalar" in node:
-            spec = node.get("tensor", node.get("scalar"))
+            spec: dict[str, Any] = node.get("tensor") or node.get("scalar") or {}
             if spec.get("encoding", "none") != "none":
                 raise EpisodeFormatError(
                     f"tensor encoding {spec['encoding']!r} is not supported", path=path, member=where
