@@ -387,8 +387,8 @@ def write_rlds(
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     stage = tempfile.mkdtemp(prefix=".rlds-", dir=parent)
+    shards = _ShardSet(stage)
     try:
-        shards = _ShardSet(stage)
         known = {s.name: len(s.shard_lengths) for s in info.splits} if rlds_source else {}
         for ep in _chain(first, episodes):
             split = ep.split or "train"
@@ -406,6 +406,7 @@ def write_rlds(
             f.write(json.dumps(base, indent=2, sort_keys=True))
         _swap_in(stage, out)
     except BaseException:
+        shards.close()
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return base
@@ -418,12 +419,13 @@ def _chain(first: Episode | None, rest: Iterator[Episode]) -> Iterator[Episode]:
 
 
 class _ShardSet:
-    """The shards being written: one open file per (split, shard), named at the end once each
-    split's shard count is known."""
+    """The shards being written, named at the end once each split's shard count is known. One file
+    is open at a time (episodes come shard after shard; a shard seen again is appended to), so a
+    dataset of a thousand shards does not need a thousand file descriptors."""
 
     def __init__(self, stage: str) -> None:
         self.stage = stage
-        self.files: dict[tuple[str, int], Any] = {}
+        self.current: tuple[tuple[str, int], Any] | None = None
         self.lengths: dict[tuple[str, int], int] = {}
         self.payload: dict[str, int] = {}
         self.counts: dict[str, int] = {}
@@ -436,25 +438,30 @@ class _ShardSet:
         key = (split, shard)
         if split not in self.order:
             self.order.append(split)
-        if key not in self.files:
-            self.files[key] = open(os.path.join(self.stage, f"{split}.{shard}.part"), "wb")
-            self.lengths[key] = 0
+        if self.current is None or self.current[0] != key:
+            self.close()
+            self.current = (key, open(os.path.join(self.stage, f"{split}.{shard}.part"), "ab"))
+            self.lengths.setdefault(key, 0)
         if count is not None:
             self.counts[split] = count
-        self.files[key].write(frame(payload))
+        self.current[1].write(frame(payload))
         self.lengths[key] += 1
         self.payload[split] = self.payload.get(split, 0) + len(payload)
 
+    def close(self) -> None:
+        if self.current is not None:
+            self.current[1].close()
+            self.current = None
+
     def finish(self, dataset: str, source_splits: tuple[RldsSplit, ...]) -> list[dict[str, Any]]:
-        for f in self.files.values():
-            f.close()
+        self.close()
         templates = {s.name: s.template for s in source_splits}
         order = [s.name for s in source_splits if s.name in self.order] + [
             s for s in self.order if s not in templates
         ]
         splits = []
         for split in order:
-            n = self.counts.get(split, 1 + max(i for s, i in self.files if s == split))
+            n = self.counts.get(split, 1 + max(i for s, i in self.lengths if s == split))
             rs = RldsSplit(split, (), templates.get(split, _TEMPLATE))
             lengths = []
             for i in range(n):
