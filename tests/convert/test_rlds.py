@@ -283,3 +283,43 @@ def test_parse_example_rejects_foreign_fields() -> None:
         parse_example(payload, "x.tfrecord", 4)
     assert struct.calcsize("<QI") == 12
     assert LAYOUT["train"][0] == [3, 1]
+
+
+def test_export_of_another_format(tmp_path: Path) -> None:
+    """Episodes from elsewhere: features.json from the schema, metadata TFDS cannot type as JSON
+    text, ``episodes_per_shard`` records a shard, all in split train."""
+    from shardstore.episodes import Episode, EpisodeStream, FieldSpec, Schema
+
+    schema = Schema(
+        (
+            FieldSpec("observations.pos", "array", "<f8", (3,), ("observations", "pos")),
+            FieldSpec("actions", "array", "<i4", ()),
+            FieldSpec("frame", "media", "|u1", (), encoding="png"),
+        ),
+        source_format="minari",
+    )
+    rng = np.random.default_rng(0)
+    from rlds_source import encode_image
+
+    eps = [
+        Episode(
+            i,
+            {
+                "observations.pos": rng.random((n, 3)).astype(np.float32).astype(np.float64),
+                "actions": rng.integers(-9, 9, n).astype(np.int32),
+                "frame": [encode_image(np.full((2, 2, 3), t, np.uint8), "png") for t in range(n)],
+            },
+            {"seed": np.int64(i), "options": [1, "a"], "none": None},
+            terminal=i == 1,
+        )
+        for i, n in enumerate([2, 3, 1, 4, 2])
+    ]
+    out = tmp_path / "m" / "1.0.0"
+    info = write_rlds(EpisodeStream(schema, iter(eps)), str(out), name="minari_x", episodes_per_shard=2)
+    assert info["splits"][0]["shardLengths"] == ["2", "2", "1"] and info["name"] == "minari_x"
+    back = list(read_rlds(str(out)).episodes)
+    for a, b in zip(back, eps, strict=True):
+        np.testing.assert_array_equal(a.steps["observations.pos"], b.steps["observations.pos"])
+        assert a.steps["actions"].dtype == np.int32 and a.steps["frame"] == b.steps["frame"]
+        assert a.terminal == b.terminal and a.metadata["seed"] == b.metadata["seed"]
+        assert json.loads(a.metadata["options"]) == [1, "a"] and json.loads(a.metadata["none"]) is None
