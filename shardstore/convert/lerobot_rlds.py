@@ -95,6 +95,27 @@ class MappingReport:
             },
         }
 
+    def markdown(self) -> str:
+        """The spec's ``mapping.md``: every key mapping, default and dtype conversion, as tables."""
+        rows = [
+            f"# LeRobot {self.source_version} -> RLDS: mapping",
+            "",
+            f"Main camera: `{self.main_camera or '(none)'}`; converted images encoded as {self.image_encoding}.",
+            "",
+            "| LeRobot | RLDS | transformation |",
+            "| --- | --- | --- |",
+            *(f"| `{m['from']}` | `{m['to']}` | {m['transformation']} |" for m in self.mapping),
+            "",
+            "| RLDS key | default used | why |",
+            "| --- | --- | --- |",
+            *(f"| `{d['key']}` | `{d['value']!r}` | {d['reason']} |" for d in self.defaults),
+            "",
+            "| field | from | to | |",
+            "| --- | --- | --- | --- |",
+            *(f"| `{c['field']}` | {c['from']} | {c['to']} | {c['detail']} |" for c in self.conversions),
+        ]
+        return "\n".join(rows) + "\n"
+
     def text(self) -> str:
         j = self.to_json()
         t = j["totals"]
@@ -183,16 +204,17 @@ def lerobot_to_rlds(
         ("language_instruction", "", _has_tasks(src), "no tasks in the source"),
     ):
         if src_name:
-            if key in ("reward", "is_terminal"):
-                how = "float32 per step" if key == "reward" else "is_terminal = done on the last step"
+            how = {
+                "reward": "float32 per step",
+                "is_terminal": "is_terminal = done on the last step",
+                "language_instruction": "the step's task text (task_index -> tasks)",
+            }.get(key)
+            if how:
                 report.mapping.append({"from": str(src_name), "to": key, "transformation": how})
             continue
         log.warning("LeRobot -> RLDS: %s, using the default %r for %s", reason, value, key)
         report.defaults.append({"key": key, "value": value, "reason": reason})
     report.defaults.append({"key": "discount", "value": 1.0, "reason": "the standard RL convention (spec)"})
-    report.mapping.append(
-        {"from": "task", "to": "language_instruction", "transformation": "the step's task text"}
-    )
     fields = [
         FieldSpec(
             c.key,
@@ -524,7 +546,8 @@ def write_lerobot_rlds(
     """Convert a LeRobot stream and write it as the RLDS folder ``out``, then the validation report
     beside it (``<out>.report.json`` and ``<out>.report.txt``): the mapping, every default and
     conversion, the warnings, per-episode step counts in and out, and ``check_rlds``'s run of the
-    spec's rules on the output (cross-validated with the counts in). Returns the report's JSON."""
+    spec's rules on the output (cross-validated with the counts in); and ``<out>.mapping.md``, the
+    spec's "document all conversions in mapping.md". Returns the report's JSON."""
     from .rlds import write_rlds
     from .rlds_check import check_rlds, report_path
 
@@ -538,6 +561,7 @@ def write_lerobot_rlds(
     result["validation"] = check.to_json()
     _write_text(report_path(out, "json"), json.dumps(result, indent=2, default=str))
     _write_text(report_path(out, "txt"), report.text() + "\n\n" + check.text() + "\n")
+    _write_text(f"{out.rstrip('/')}.mapping.md", report.markdown())
     return result
 
 

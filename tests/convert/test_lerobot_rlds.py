@@ -118,6 +118,9 @@ def test_report(tmp_path: Path) -> None:
     v = report["validation"]
     assert v["ok"] and v["rules"]["cross.step_counts"] == "pass" and v["rules"]["cross.total_steps"] == "pass"
     assert "reward = 0.0: no next.reward or reward in the source" in text and "RLDS check of" in text
+    mapping = Path(f"{out}.mapping.md").read_text()
+    assert "| `observation.state.gripper` | float64 | float32 | safe: every value unchanged |" in mapping
+    assert "| `observation.images.top` | `observation/image` | CHW float [0,1] -> HWC uint8" in mapping
     # the reward the default gave
     for ep in read_rlds(str(out)).episodes:
         assert not ep.steps["reward"].any()
