@@ -802,6 +802,7 @@ def import_rlds_command(
     help="LeRobot sources: how converted frames are encoded (png: lossless).",
 )
 @click.option("--name", default=None, help="Dataset name in the shard file names (default: the source's).")
+@click.option("--force", is_flag=True, help="Replace an RLDS folder already at OUT.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
 @storage_options_option
 @quiet_option
@@ -814,6 +815,7 @@ def export_rlds_command(
     main_camera: str | None,
     image_encoding: str,
     name: str | None,
+    force: bool,
     progress: bool,
     storage_options: dict[str, Any] | None,
     quiet: bool,
@@ -836,7 +838,7 @@ def export_rlds_command(
     show = progress and not quiet and not as_json and sys.stderr.isatty()
     info = export_rlds(
         dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
-        progress=show, storage_options=storage_options,
+        force=force, progress=show, storage_options=storage_options,
     )
     if as_json:
         echo_json(info)

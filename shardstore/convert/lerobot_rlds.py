@@ -542,6 +542,7 @@ def write_lerobot_rlds(
     image_encoding: str = "png",
     frames: FramesFn | None = None,
     name: str | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Convert a LeRobot stream and write it as the RLDS folder ``out``, then the validation report
     beside it (``<out>.report.json`` and ``<out>.report.txt``): the mapping, every default and
@@ -554,7 +555,7 @@ def write_lerobot_rlds(
     mapped, report = lerobot_to_rlds(
         stream, main_camera=main_camera, image_encoding=image_encoding, frames=frames
     )
-    write_rlds(mapped, out, name=name)
+    write_rlds(mapped, out, name=name, force=force)
     result = report.to_json()
     _write_text(report_path(out, "json"), json.dumps(result, indent=2, default=str))
     check = check_rlds(out)

@@ -354,6 +354,7 @@ def write_rlds(
     name: str | None = None,
     version: str = "1.0.0",
     episodes_per_shard: int = 1000,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Write ``stream`` as the TFDS version folder ``out`` (created; an existing ``out`` is replaced
     only once the new one is complete). Returns the ``dataset_info.json`` written.
@@ -362,8 +363,10 @@ def write_rlds(
     keeps its features file, split names and shard count, each episode going back to its shard; any
     other stream gets a ``features.json`` built from its schema and first episode's metadata
     (``build_features_json``), dataset ``name`` (default: ``out``'s parent folder name), ``version``
-    and ``episodes_per_shard`` records per shard.
+    and ``episodes_per_shard`` records per shard. An ``out`` holding an RLDS folder is replaced only
+    with ``force``; one holding anything else is refused (``ConfigError``).
     """
+    _check_out(out, force)
     episodes = iter(stream.episodes)
     first = next(episodes, None)
     rlds_source = FEATURES_JSON in stream.source_files and DATASET_INFO_JSON in stream.source_files
@@ -481,6 +484,15 @@ class _ShardSet:
         return splits
 
 
+def _check_out(out: str, force: bool) -> None:
+    if not os.path.lexists(out) or (os.path.isdir(out) and not os.listdir(out)):
+        return
+    if not os.path.isfile(os.path.join(out, DATASET_INFO_JSON)):
+        raise ConfigError("exists and is not an RLDS folder; choose another OUT", path=out)
+    if not force:
+        raise ConfigError("already holds an RLDS folder; pass force=True (--force) to replace it", path=out)
+
+
 def _swap_in(stage: str, out: str) -> None:
     """Move the finished folder to ``out``; an existing ``out`` is removed only after the new one is
     complete, so an interruption leaves either the old folder or the new one."""
@@ -525,6 +537,7 @@ def export_rlds(
     main_camera: str | None = None,
     image_encoding: str = "png",
     name: str | None = None,
+    force: bool = False,
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -551,8 +564,8 @@ def export_rlds(
         from .lerobot_rlds import write_lerobot_rlds
 
         report = write_lerobot_rlds(
-            stream, out, main_camera=main_camera, image_encoding=image_encoding, name=name
+            stream, out, main_camera=main_camera, image_encoding=image_encoding, name=name, force=force
         )
         with open(os.path.join(out, DATASET_INFO_JSON)) as f:
             return dict(json.load(f), report=report)
-    return write_rlds(stream, out, name=name)
+    return write_rlds(stream, out, name=name, force=force)

@@ -14,7 +14,7 @@ from rlds_source import LAYOUT, META_SPECS, STEP_SPECS, example_bytes, framed, m
 
 from shardstore.convert.rlds import read_rlds, write_rlds
 from shardstore.convert.tfrecord import iter_records, parse_example
-from shardstore.errors import EpisodeFormatError, TFRecordFormatError
+from shardstore.errors import ConfigError, EpisodeFormatError, TFRecordFormatError
 
 
 @pytest.fixture
@@ -117,13 +117,20 @@ def test_export_replaces_atomically(
                 raise RuntimeError("killed")
             yield ep
 
+    with pytest.raises(ConfigError, match="exists and is not an RLDS folder"):
+        write_rlds(read_rlds(str(root)), str(out), force=True)  # never replaces what is not RLDS
+    (out / "old.txt").unlink()
+    write_rlds(read_rlds(str(root)), str(out))  # an empty folder is fine
+    (out / "old.txt").write_text("old")
     stream = read_rlds(str(root))
     stream.episodes = failing()
     with pytest.raises(RuntimeError):
-        write_rlds(stream, str(out))
-    assert [p.name for p in out.iterdir()] == ["old.txt"]
+        write_rlds(stream, str(out), force=True)
+    assert (out / "old.txt").exists() and (out / "features.json").exists()
     assert [p.name for p in out.parent.iterdir()] == ["1.0.0"]  # no staging left behind
-    write_rlds(read_rlds(str(root)), str(out))
+    with pytest.raises(ConfigError, match="already holds an RLDS folder; pass force=True"):
+        write_rlds(read_rlds(str(root)), str(out))
+    write_rlds(read_rlds(str(root)), str(out), force=True)
     assert not (out / "old.txt").exists() and (out / "features.json").exists()
 
 
