@@ -204,13 +204,13 @@ def lerobot_to_rlds(
         ("language_instruction", "", _has_tasks(src), "no tasks in the source"),
     ):
         if src_name:
-            how = {
+            derived = {
                 "reward": "float32 per step",
                 "is_terminal": "is_terminal = done on the last step",
                 "language_instruction": "the step's task text (task_index -> tasks)",
             }.get(key)
-            if how:
-                report.mapping.append({"from": str(src_name), "to": key, "transformation": how})
+            if derived:
+                report.mapping.append({"from": str(src_name), "to": key, "transformation": derived})
             continue
         log.warning("LeRobot -> RLDS: %s, using the default %r for %s", reason, value, key)
         report.defaults.append({"key": key, "value": value, "reason": reason})
