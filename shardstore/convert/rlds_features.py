@@ -148,7 +148,7 @@ def _leaf(node: dict[str, Any], at: tuple[str, ...], path: str, where: str) -> L
         if isinstance(e, EpisodeFormatError):
             raise
         raise EpisodeFormatError(f"invalid feature: {e}", path=path, member=where) from e
-    kind = node.get("pythonClassName", "?")
+    kind = node.get("pythonClassName") or "/".join(k for k in node if k != "description") or "(empty)"
     raise EpisodeFormatError(f"feature kind {kind} is not supported", path=path, member=where)
 
 
