@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -28,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, Schema, to_jsonable
+from ..episodes.staging import StagedFolder
 from ..errors import ConfigError, EpisodeFormatError, TFRecordFormatError
 from ..storage import open_storage
 from .rlds_features import Leaf, build_features_json, leaf_to_field, parse_features_json
@@ -356,8 +355,9 @@ def write_rlds(
     episodes_per_shard: int = 1000,
     force: bool = False,
 ) -> dict[str, Any]:
-    """Write ``stream`` as the TFDS version folder ``out`` (created; an existing ``out`` is replaced
-    only once the new one is complete). Returns the ``dataset_info.json`` written.
+    """Write ``stream`` as the TFDS version folder ``out``, staged beside it and moved into place when
+    complete (``episodes.staging``: an interrupted or killed export leaves ``out`` as it was).
+    Returns the ``dataset_info.json`` written.
 
     A stream read from RLDS (``features.json`` and ``dataset_info.json`` among its source files)
     keeps its features file, split names and shard count, each episode going back to its shard; any
@@ -366,7 +366,25 @@ def write_rlds(
     and ``episodes_per_shard`` records per shard. An ``out`` holding an RLDS folder is replaced only
     with ``force``; one holding anything else is refused (``ConfigError``).
     """
-    _check_out(out, force)
+    staged = StagedFolder(out, force=force, holds=_holds_rlds, what="an RLDS folder")
+    shards = _ShardSet(staged.path)
+    try:
+        return _write(stream, staged, shards, name, version, episodes_per_shard)
+    except BaseException:
+        shards.close()
+        staged.abort()
+        raise
+
+
+def _write(
+    stream: EpisodeStream,
+    staged: StagedFolder,
+    shards: _ShardSet,
+    name: str | None,
+    version: str,
+    episodes_per_shard: int,
+) -> dict[str, Any]:
+    out = staged.out
     episodes = iter(stream.episodes)
     first = next(episodes, None)
     rlds_source = FEATURES_JSON in stream.source_files and DATASET_INFO_JSON in stream.source_files
@@ -387,31 +405,23 @@ def write_rlds(
         base["name"] = name
     dataset = str(base["name"])
     leaves = info.leaves
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=".rlds-", dir=parent)
-    shards = _ShardSet(stage)
-    try:
-        known = {s.name: len(s.shard_lengths) for s in info.splits} if rlds_source else {}
-        for ep in _chain(first, episodes):
-            split = ep.split or "train"
-            source = ep.source if rlds_source else None
-            if isinstance(source, Mapping) and source.get("split") == split and split in known:
-                shard = int(source["shard_index"])
-                count: int | None = known[split]
-            else:
-                shard, count = shards.records(split) // episodes_per_shard, None
-            shards.add(split, shard, count, encode_episode(ep, stream.schema, leaves))
-        base["splits"] = shards.finish(dataset, info.splits)
-        with open(os.path.join(stage, FEATURES_JSON), "wb") as f:
-            f.write(features)
-        with open(os.path.join(stage, DATASET_INFO_JSON), "w") as f:
-            f.write(json.dumps(base, indent=2, sort_keys=True))
-        _swap_in(stage, out)
-    except BaseException:
-        shards.close()
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    stage = staged.path
+    known = {s.name: len(s.shard_lengths) for s in info.splits} if rlds_source else {}
+    for ep in _chain(first, episodes):
+        split = ep.split or "train"
+        source = ep.source if rlds_source else None
+        if isinstance(source, Mapping) and source.get("split") == split and split in known:
+            shard = int(source["shard_index"])
+            count: int | None = known[split]
+        else:
+            shard, count = shards.records(split) // episodes_per_shard, None
+        shards.add(split, shard, count, encode_episode(ep, stream.schema, leaves))
+    base["splits"] = shards.finish(dataset, info.splits)
+    with open(os.path.join(stage, FEATURES_JSON), "wb") as f:
+        f.write(features)
+    with open(os.path.join(stage, DATASET_INFO_JSON), "w") as f:
+        f.write(json.dumps(base, indent=2, sort_keys=True))
+    staged.commit()
     return base
 
 
@@ -484,25 +494,8 @@ class _ShardSet:
         return splits
 
 
-def _check_out(out: str, force: bool) -> None:
-    if not os.path.lexists(out) or (os.path.isdir(out) and not os.listdir(out)):
-        return
-    if not os.path.isfile(os.path.join(out, DATASET_INFO_JSON)):
-        raise ConfigError("exists and is not an RLDS folder; choose another OUT", path=out)
-    if not force:
-        raise ConfigError("already holds an RLDS folder; pass force=True (--force) to replace it", path=out)
-
-
-def _swap_in(stage: str, out: str) -> None:
-    """Move the finished folder to ``out``; an existing ``out`` is removed only after the new one is
-    complete, so an interruption leaves either the old folder or the new one."""
-    if os.path.lexists(out):
-        old = tempfile.mkdtemp(prefix=".rlds-old-", dir=os.path.dirname(os.path.abspath(out)))
-        os.replace(out, os.path.join(old, "x"))
-        os.replace(stage, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)
+def _holds_rlds(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, DATASET_INFO_JSON))
 
 
 # ----- the shard store as one more spoke -----------------------------------------------------------

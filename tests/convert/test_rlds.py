@@ -117,7 +117,7 @@ def test_export_replaces_atomically(
                 raise RuntimeError("killed")
             yield ep
 
-    with pytest.raises(ConfigError, match="exists and is not an RLDS folder"):
+    with pytest.raises(ConfigError, match="not empty and holds no RLDS folder"):
         write_rlds(read_rlds(str(root)), str(out), force=True)  # never replaces what is not RLDS
     (out / "old.txt").unlink()
     write_rlds(read_rlds(str(root)), str(out))  # an empty folder is fine
@@ -330,3 +330,40 @@ def test_export_of_another_format(tmp_path: Path) -> None:
         assert a.steps["actions"].dtype == np.int32 and a.steps["frame"] == b.steps["frame"]
         assert a.terminal == b.terminal and a.metadata["seed"] == b.metadata["seed"]
         assert json.loads(a.metadata["options"]) == [1, "a"] and json.loads(a.metadata["none"]) is None
+
+
+def test_killed_export_leaves_out_as_it_was(source: tuple[Path, Any], tmp_path: Path) -> None:
+    """SIGKILL in the middle of an export: OUT keeps the old folder, the next export removes the
+    dead process's staging folder."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    root, _ = source
+    out = tmp_path / "k" / "1.0.0"
+    write_rlds(read_rlds(str(root)), str(out))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    script = textwrap.dedent(f"""
+        import sys, time
+        from shardstore.convert.rlds import read_rlds, write_rlds
+        stream = read_rlds({str(root)!r})
+        episodes = stream.episodes
+        def slow():
+            for i, ep in enumerate(episodes):
+                if i == 3:
+                    print("writing", flush=True)
+                    time.sleep(60)
+                yield ep
+        stream.episodes = slow()
+        write_rlds(stream, {str(out)!r}, force=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "writing"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert any(".shardstore-tmp-" in p.name for p in out.parent.iterdir())  # the dead one's staging
+    write_rlds(read_rlds(str(root)), str(out), force=True)
+    assert [p.name for p in out.parent.iterdir()] == ["1.0.0"]
