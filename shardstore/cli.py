@@ -843,30 +843,31 @@ FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None
 # ----- RLDS: import, export, check ------------------------------------------------------------------
 @import_group.command("rlds")
 @click.argument("src")
-@click.argument("out")
+@click.argument("out", type=click.Path(file_okay=False))
 @click.option("--split", default=None, help="Only this split of dataset_info.json (e.g. train); default: all splits.")
-@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
 @storage_options_option
-@quiet_option
-@json_option
+@episode_writer_options
 @handle_errors
 def import_rlds_command(
     src: str,
     out: str,
     split: str | None,
+    storage_options: dict[str, Any] | None,
+    granularity: str,
+    shard_size: int,
+    split_ratio: str | None,
     force: bool,
     progress: bool,
-    storage_options: dict[str, Any] | None,
-    quiet: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Import an RLDS dataset (a TFDS version folder of TFRecord shards, local or fsspec URL) into OUT.
 
     One sample per step: images as their encoded bytes, tensors as .npy with features.json's dtype
     and shape, text as .txt; every record's CRCs and RLDS's is_first/is_last/is_terminal rules are
     checked. features.json and dataset_info.json are kept under .nv-meta/source/, each episode's
-    shard and record in the episode index. No TensorFlow needed.
+    split, shard and record in the episode index. The splits of SRC are kept (--split-ratio only
+    applies to episodes without one). No TensorFlow needed.
 
     \b
     Example:
@@ -874,16 +875,11 @@ def import_rlds_command(
       shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
     """
     from .convert.rlds import import_rlds
+    from .prepare import _sigterm_unwinds
 
-    show = progress and not quiet and not as_json and sys.stderr.isatty()
-    report = import_rlds(src, out, split=split, force=force, progress=show, storage_options=storage_options)
-    if as_json:
-        echo_json(report.to_dict())
-    elif not quiet:
-        click.echo(
-            f"Imported {src} (RLDS) into {report.path}: {report.episodes} episodes, {report.steps} steps, "
-            f"{report.shards} shards ({report.bytes / 1e6:.1f} MB) in {report.seconds:.1f} s"
-        )
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_rlds)(src, out, split=split, storage_options=storage_options, **kwargs)
+    echo_episode_report(report, "Imported", as_json, quiet)
 
 
 @export_group.command("rlds")

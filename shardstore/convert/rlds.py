@@ -504,21 +504,19 @@ def import_rlds(
     out: str,
     *,
     split: str | None = None,
-    force: bool = False,
-    progress: bool = False,
     storage_options: dict[str, Any] | None = None,
+    **writer_options: Any,
 ) -> WriteReport:
-    """Import the TFDS version folder ``src`` (all splits, or ``split``) into a new episode dataset
-    at ``out``: one sample per step, images as their encoded bytes, tensors ``.npy`` with the dtype
-    and shape of ``features.json``, text ``.txt``; ``features.json`` and ``dataset_info.json`` kept
-    under ``.nv-meta/source/``; each episode's split, shard and record in the episode index.
-    Staged and moved into place at the end: ``out`` never holds half an import."""
+    """``shardstore import rlds``: the TFDS version folder ``src`` (all splits, or ``split``) into a
+    new episode dataset at ``out`` through ``EpisodeWriter(out, **writer_options)``: one sample per
+    step, images as their encoded bytes, tensors ``.npy`` with the dtype and shape of
+    ``features.json``, text ``.txt``; ``features.json`` and ``dataset_info.json`` kept under
+    ``.nv-meta/source/``; each episode's split, shard and record in the episode index. Staged and
+    moved into place at the end: ``out`` never holds half an import."""
     from ..episodes.writer import EpisodeWriter
 
     stream = read_rlds(src, split, storage_options)
-    writer = EpisodeWriter(
-        out, schema=stream.schema, source_files=stream.source_files, force=force, progress=progress
-    )
+    writer = EpisodeWriter(out, schema=stream.schema, **writer_options)
     return writer.write_stream(stream)
 
 

@@ -83,11 +83,17 @@ def test_export_is_byte_identical(imported: tuple[Path, Path, Any], tmp_path: Pa
     assert "RLDS check of" in res.output and ": OK" in res.output
 
 
-def test_import_one_split(tmp_path: Path) -> None:
+def test_import_one_split_by_episode(tmp_path: Path) -> None:
+    """--split, and --granularity episode (one sample per episode) exports the same records."""
     src = tmp_path / "robo" / "1.0.0"
     write_rlds_source(src)
-    run("import", "rlds", str(src), str(tmp_path / "ds"), "--split", "val", "-q")
+    run("import", "rlds", str(src), str(tmp_path / "ds"), "--split", "val", "-q", "--granularity", "episode")
     assert len(shardstore.episodes(str(tmp_path / "ds"))) == 2
+    out = tmp_path / "out" / "1.0.0"
+    run("export", "rlds", str(tmp_path / "ds"), str(out), "-q")
+    for name in ("robo-val.tfrecord-00000-of-00002", "robo-val.tfrecord-00001-of-00002"):
+        assert (out / name).read_bytes() == (src / name).read_bytes()
+    assert not (out / "robo-train.tfrecord-00000-of-00003").exists()
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
