@@ -153,6 +153,7 @@ class _OpenVideo:
         self.frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self.decoder: Any = None
         self.position: int | None = None  # pts of the last frame the running decoder gave
+        self.seeks = 0  # how often this video was sought (a measure of the cache's use)
 
     def close(self) -> None:
         self.container.close()
@@ -169,6 +170,7 @@ class _OpenVideo:
         )
         if not ahead:
             self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
+            self.seeks += 1
             self.decoder = self.container.decode(self.stream)
             self.position = None
         for frame in self.decoder:
@@ -227,6 +229,11 @@ class FrameDecoder:
         """The frame of ``name`` shown at ``timestamp`` seconds, HWC uint8 RGB."""
         with self._lock:
             return self._video(name).frame(timestamp)
+
+    def seeks(self, name: str) -> int:
+        """How often the open video ``name`` was sought (0 if it is not open)."""
+        video = self._open.get(name)
+        return 0 if video is None else video.seeks
 
     def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
         """The frames of ``refs`` in order (sort a window by time first for the fewest seeks)."""
