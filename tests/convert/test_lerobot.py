@@ -26,7 +26,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
 import shardstore  # noqa: E402
-from shardstore.convert.lerobot import check, export_lerobot, import_lerobot, read_lerobot  # noqa: E402
+from shardstore.convert.lerobot import check, export_lerobot, import_lerobot  # noqa: E402
 from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
