@@ -45,6 +45,7 @@ STAGES = {
     "dataset": 4,
     "metadataset": 5,
     "filestores": 5,
+    "episodes": 5,
     "inspection": 6,
     "checks": 6,
     "mount": 6,
@@ -55,6 +56,10 @@ STAGES = {
     "cli": 6,
     "__init__": 7,  # the package itself re-exports from all of them
 }
+
+#: The one upward import allowed, made inside a property on first use: ``Dataset.episodes`` is the
+#: accessor of the episode view (``ds.episodes``, asked for by issue 11), which builds on Dataset.
+UPWARD_ON_USE = {("dataset", "episodes")}
 
 
 def test_import_shardstore_loads_no_optional_dependency() -> None:
@@ -129,7 +134,7 @@ def test_imports_flow_one_way(path: Path) -> None:
     wrong = [
         f"{path.name}:{line} imports {target} (stage {STAGES.get(_unit(target), '?')}) from stage {STAGES[unit]}"
         for line, target in imports
-        if STAGES.get(_unit(target), 99) > STAGES[unit]
+        if STAGES.get(_unit(target), 99) > STAGES[unit] and (unit, _unit(target)) not in UPWARD_ON_USE
     ]
     assert not wrong, "\n".join(wrong)
 
