@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -143,7 +144,7 @@ class EpisodeIndexReader:
     @property
     def db(self) -> sqlite3.Connection:
         if self._db is None or self._pid != os.getpid():
-            uri = f"file:{self.path}?mode=ro&immutable=1"
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self.path))}?mode=ro&immutable=1"
             self._db = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self._pid = os.getpid()
         return self._db
