@@ -323,6 +323,10 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     rows.append(("parts", parts or "none"))
     if s.uuid:
         rows.append(("index uuid", s.uuid))
+    if s.episodes is not None:
+        ep = s.episodes
+        source = f"{ep['source_format']} {ep['source_version']}".strip() or "written by EpisodeWriter"
+        rows.append(("episodes", f"{ep['episodes']} ({_plural(ep['steps'], 'step')}, one sample per {ep['granularity']}; source: {source})"))
     click.echo(s.url)
     for label, value in rows:
         click.echo(f"  {label:<12} {value}")
@@ -596,29 +600,126 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
         click.echo(f"Unmounted {mountpoint}")
 
 
-# ----- LeRobot: import, export, check ---------------------------------------------------------------
-# The `import` and `export` groups: the episodes branch may define the same two groups; keep one
-# pair and add the `lerobot` commands to it.
+# ----- import / export of episode formats (issue 11) -------------------------------------------------
+# `shardstore import FORMAT ...` and `shardstore export FORMAT ...`: each format adds one command to
+# these groups, a thin shell over its module in shardstore/convert/. Imports take the writer's
+# options (episode_writer_options) and print the writer's report (echo_episode_report).
 @main.group("import")
 def import_group() -> None:
-    """Import a robot-learning dataset into a new episode dataset (shards + episode index).
+    """Import episodes from an outside format into a new prepared dataset (one sample per step).
 
     \b
     Example:
-      shardstore import lerobot ./my_lerobot ./ds
+      shardstore import minari D4RL/door/human-v2 ./door --split-ratio 8,1,1
     """
 
 
 @main.group("export")
 def export_group() -> None:
-    """Export an episode dataset to a robot-learning format.
+    """Export every episode of a dataset to an outside format.
 
     \b
     Example:
-      shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
+      shardstore export minari ./door ./door-minari
     """
 
 
+def episode_writer_options(fn: F) -> F:
+    """The options of every ``shardstore import FORMAT``, passed on to ``EpisodeWriter``."""
+    options = [
+        click.option("--granularity", type=click.Choice(["step", "episode"]), default="step", show_default=True,
+                     help="One sample per step, or per episode (stacked arrays; for low-dimensional data)."),
+        click.option("--shard-size", type=_ByteSize(), default="256M", show_default=True,
+                     help="Close a shard (at an episode boundary) past this size: 512M, 1G, bytes."),
+        click.option("--split-ratio", default=None, help="Train/val/test ratio by episodes, e.g. 8,1,1 (default: all train)."),
+        click.option("--force", is_flag=True, help="Replace a dataset already at OUT."),
+        click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal)."),
+        json_option,
+        quiet_option,
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def writer_kwargs(granularity: str, shard_size: int, split_ratio: str | None, force: bool, progress: bool,
+                  quiet: bool, as_json: bool) -> dict[str, Any]:
+    """``EpisodeWriter`` keyword arguments from ``episode_writer_options``."""
+    return {
+        "granularity": granularity, "shard_size": shard_size, "split_ratio": split_ratio, "force": force,
+        "progress": progress and not quiet and not as_json and sys.stderr.isatty(),
+    }
+
+
+def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> None:
+    """An import's or export's summary: JSON (episodes, steps, bytes, seconds...) or one line."""
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        click.echo(f"{what} {_plural(report.episodes, 'episode')}, {_plural(report.steps, 'step')} "
+                   f"({_human_bytes(report.bytes)}) into {report.path} in {report.seconds:.1f} s")
+
+
+@import_group.command("minari")
+@click.argument("src")
+@click.argument("out", type=click.Path(file_okay=False))
+@episode_writer_options
+@handle_errors
+def import_minari_command(src: str, out: str, granularity: str, shard_size: int, split_ratio: str | None,
+                          force: bool, progress: bool, as_json: bool, quiet: bool) -> None:
+    """Import a Minari dataset (0.3/0.4/0.5; HDF5, Arrow or Parquet) into a prepared dataset.
+
+    SRC is a dataset folder, its data folder, or a dataset id under MINARI_DATASETS_PATH
+    (default ~/.minari/datasets), namespaces included. Keys are e{episode:08d}_s{step:06d}.
+
+    \b
+    Example:
+      shardstore import minari D4RL/door/human-v2 ./door
+      shardstore import minari ~/.minari/datasets/cartpole-v0 ./cartpole --granularity episode --json
+    """
+    from .convert.minari import import_minari
+    from .prepare import _sigterm_unwinds
+
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_minari)(src, out, **kwargs)
+    echo_episode_report(report, "Imported", as_json, quiet)
+
+
+@export_group.command("minari")
+@click.argument("dataset")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--minari-version", type=click.Choice(["0.3", "0.4", "0.5"]), default=None,
+              help="Layout to write (default: the source's, else 0.5).")
+@click.option("--backend", type=click.Choice(["hdf5", "arrow", "parquet"]), default=None,
+              help="0.5's data_format (default: the source's, else hdf5).")
+@click.option("--force", is_flag=True, help="Replace a Minari dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal).")
+@storage_options_option
+@json_option
+@quiet_option
+@handle_errors
+def export_minari_command(dataset: str, out: str, minari_version: str | None, backend: str | None, force: bool,
+                          progress: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
+    """Export every episode of DATASET as a Minari dataset folder OUT (OUT/data/...).
+
+    Put OUT under MINARI_DATASETS_PATH as OUT's dataset id to load it with minari.load_dataset.
+
+    \b
+    Example:
+      shardstore export minari ./door ~/.minari/datasets/door-copy-v0
+      shardstore export minari ./door ./door-arrow --backend arrow
+    """
+    from .convert.minari import export_minari
+    from .prepare import _sigterm_unwinds
+
+    report = _sigterm_unwinds(export_minari)(
+        dataset, out, storage_options=storage_options, version=minari_version, backend=backend, force=force,
+        progress=progress and not quiet and not as_json and sys.stderr.isatty(),
+    )
+    echo_episode_report(report, "Exported", as_json, quiet)
+
+
+# ----- LeRobot: import, export, check (issue 12) ----------------------------------------------------
 @import_group.command("lerobot")
 @click.argument("src")
 @click.argument("out", required=False)
@@ -629,22 +730,22 @@ def export_group() -> None:
     help="Decode every video frame into the step samples (jpg, png or npy) instead of keeping the mp4s whole.",
 )
 @click.option("--check-only", is_flag=True, help="Only run the LeRobot checklist on SRC (as `shardstore check lerobot SRC`).")
-@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
 @storage_options_option
-@quiet_option
-@json_option
+@episode_writer_options
 @handle_errors
 def import_lerobot_command(
     src: str,
     out: str | None,
     frames: str | None,
     check_only: bool,
+    storage_options: dict[str, Any] | None,
+    granularity: str,
+    shard_size: int,
+    split_ratio: str | None,
     force: bool,
     progress: bool,
-    storage_options: dict[str, Any] | None,
-    quiet: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Import a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) into OUT.
 
@@ -664,18 +765,20 @@ def import_lerobot_command(
     if out is None:
         raise click.UsageError("OUT is required (or pass --check-only)")
     from .convert.lerobot import import_lerobot
+    from .prepare import _sigterm_unwinds
 
-    show = progress and not quiet and not as_json and sys.stderr.isatty()
-    report = import_lerobot(
-        src, out, frames=frames, force=force, progress=show, storage_options=storage_options  # type: ignore[arg-type]
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_lerobot)(
+        src, out, frames=frames, storage_options=storage_options, **kwargs  # type: ignore[arg-type]
     )
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        videos = f", {report.video_files} videos ({report.video_bytes / 1e6:.1f} MB) in .videos" if report.video_files else ""
+        videos = f", {report.video_files} videos ({_human_bytes(report.video_bytes)}) in .videos" if report.video_files else ""
         click.echo(
-            f"Imported {src} (LeRobot {report.version}) into {report.out}: {report.episodes} episodes, "
-            f"{report.steps} frames, {report.shards} shards ({report.bytes / 1e6:.1f} MB){videos} in {report.seconds:.1f} s"
+            f"Imported {src} (LeRobot {report.version}) into {report.out}: {_plural(report.episodes, 'episode')}, "
+            f"{_plural(report.steps, 'frame')}, {_plural(report.shards, 'shard')} ({_human_bytes(report.bytes)}){videos} "
+            f"in {report.seconds:.1f} s"
         )
 
 
@@ -707,8 +810,9 @@ def export_lerobot_command(
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
     """
     from .convert.lerobot import export_lerobot
+    from .prepare import _sigterm_unwinds
 
-    report = export_lerobot(dataset, out, version=version, storage_options=storage_options)
+    report = _sigterm_unwinds(export_lerobot)(dataset, out, version=version, storage_options=storage_options)
     if as_json:
         echo_json(dataclasses.asdict(report))
     elif not quiet:

@@ -124,9 +124,30 @@ class DatasetSummary:
     crude: bool
     field_map: dict[str, Any] | None
     sample_loader: str | None = None
+    #: For a dataset of episodes (``EpisodeWriter``, ``shardstore import``): episodes, steps,
+    #: granularity, source format and version, field names; None otherwise.
+    episodes: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _episode_summary(ds: Dataset) -> dict[str, Any] | None:
+    """The episode view's counts and source, when the dataset has one (``schema.json``)."""
+    if nvmeta.read_if_exists(ds.storage, f"{nvmeta.META_DIR}/schema.json") is None:
+        return None
+    from .episodes import episodes
+
+    view = episodes(ds)
+    schema = view.schema
+    return {
+        "episodes": len(view),
+        "steps": view.total_steps,
+        "granularity": view.granularity,
+        "source_format": schema.source_format,
+        "source_version": schema.source_version,
+        "fields": schema.names,
+    }
 
 
 def _names_sample(entry: str, shards: dict[str, int]) -> bool:
@@ -201,6 +222,7 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
         crude=crude,
         field_map=field_map,
         sample_loader=_sample_loader(ds.dataset_yaml),
+        episodes=_episode_summary(ds),
     )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "SOURCE_DIR",
     "INDEX_FORMAT",
     "EpisodeRow",
+    "Positions",
     "EpisodeIndexWriter",
     "EpisodeIndexReader",
 ]

@@ -290,12 +290,12 @@ def to_jsonable(value: Any) -> Any:
     Python ``bool``, ``int``, ``float``, ``str``, ``None``, lists and str-keyed dicts stay as they
     are; numpy scalars, numpy arrays, bytes and tuples become tagged objects.
     """
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, np.generic):
+    if isinstance(value, np.generic):  # first: np.float64 (and np.str_, np.bytes_) subclass Python types
         if value.dtype.kind in "biuf":
             return {_NP: value.dtype.str, "value": value.item()}
         return {_ND: value.dtype.str, "shape": [], "b64": base64.b64encode(value.tobytes()).decode()}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
     if isinstance(value, np.ndarray):
         if value.dtype.hasobject:
             raise EpisodeFormatError(f"object arrays cannot be stored as metadata (dtype {value.dtype})")

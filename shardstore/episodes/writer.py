@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import socket
 import time
-import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -31,19 +28,19 @@ from typing import IO, Any
 import numpy as np
 
 from .. import nvmeta
-from ..errors import ConfigError, EpisodeFormatError, MissingExtraError, PathEscapeError
+from ..errors import ConfigError, EpisodeFormatError, MissingExtraError
 from ..storage import is_remote_url
 from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter, EpisodeRow
 from .model import Episode, EpisodeStream, FieldSpec, Schema, StepValues
 from .npy import npy_header
+from .staging import StagedFolder, safe_relpath
 
 __all__ = ["EpisodeWriter", "WriteReport", "infer_schema", "DEFAULT_SHARD_SIZE"]
 
 #: Shards are closed (at an episode boundary) once they reach this many bytes.
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 _SPLIT_RE = re.compile(r"^[A-Za-z0-9_]+$")
-_HOST = socket.gethostname().replace("-", "_")
 _MAX_EPISODE = 10**8 - 1
 _MAX_STEPS = 10**6 - 1  # the step counter has 6 digits (keys sort by step)
 
@@ -189,8 +186,6 @@ class EpisodeWriter:
             raise ConfigError(f"granularity must be 'step' or 'episode', not {granularity!r}", member="granularity")
         if shard_size <= 0:
             raise ConfigError(f"shard_size must be positive, not {shard_size}", member="shard_size")
-        self.out = os.path.abspath(self.out)
-        _check_out(self.out, force)
         self.granularity = granularity
         self.shard_size = shard_size
         ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
@@ -209,11 +204,9 @@ class EpisodeWriter:
         self._steps = self._samples = 0
         self._closed = False
         self._progress = _progress_bar(progress, total_steps)
-        parent = os.path.dirname(self.out)
-        os.makedirs(parent, exist_ok=True)
-        prefix = f".{os.path.basename(self.out)}.shardstore-tmp-"
-        _remove_dead_stagings(parent, prefix)
-        self.staging = os.path.join(parent, f"{prefix}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        self._staged = StagedFolder(self.out, force=force, holds=_is_dataset)
+        self.out = self._staged.out
+        self.staging = self._staged.path
         os.makedirs(os.path.join(self.staging, nvmeta.META_DIR))
         self._index = EpisodeIndexWriter(os.path.join(self.staging, nvmeta.META_DIR, EPISODES_SQLITE), granularity)
 
@@ -382,7 +375,7 @@ class EpisodeWriter:
             except OSError:
                 pass
         self._index.close()
-        shutil.rmtree(self.staging, ignore_errors=True)
+        self._staged.abort()
 
     def _finish(self) -> WriteReport:
         from ..prepare import prepare
@@ -395,7 +388,7 @@ class EpisodeWriter:
             shards.close()
         meta = os.path.join(self.staging, nvmeta.META_DIR)
         for rel, data in self._source_files.items():
-            path = os.path.join(meta, SOURCE_DIR, _safe_relpath(rel))
+            path = os.path.join(meta, SOURCE_DIR, safe_relpath(rel))
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
@@ -412,7 +405,7 @@ class EpisodeWriter:
         )
         shard_names = [name for s in self._shards.values() for name in s.names]
         size = sum(os.path.getsize(os.path.join(self.staging, name)) for name in shard_names)
-        _move_into_place(self.staging, self.out)
+        self._staged.commit()
         return WriteReport(
             path=self.out,
             episodes=len(self._numbers),
@@ -442,65 +435,5 @@ def _progress_bar(show: bool, total: int | None) -> Any:
     return tqdm(total=total, unit="step", desc="Writing episodes", file=sys.stderr, unit_scale=True)
 
 
-def _safe_relpath(rel: str) -> str:
-    """``rel`` as a local relative path; refuses names that would leave ``.nv-meta/source/``."""
-    parts = rel.replace("\\", "/").split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
-        raise PathEscapeError("a source file name must be a plain relative path", member=rel)
-    return os.path.join(*parts)
-
-
 def _is_dataset(path: str) -> bool:
     return os.path.isdir(os.path.join(path, nvmeta.META_DIR))
-
-
-def _check_out(out: str, force: bool) -> None:
-    """Refuse an ``out`` that holds a dataset (unless ``force``) or anything else but an empty folder."""
-    if not os.path.lexists(out):
-        return
-    if not os.path.isdir(out):
-        raise ConfigError("exists and is not a folder", path=out)
-    if _is_dataset(out):
-        if not force:
-            raise ConfigError("already holds a dataset; pass force=True (--force) to replace it", path=out)
-    elif os.listdir(out):
-        raise ConfigError("is a folder that is not empty and holds no dataset; choose another OUT", path=out)
-
-
-def _move_into_place(staging: str, out: str) -> None:
-    """Rename the finished staging folder to ``out``; a dataset already there is renamed aside
-    first and removed last, so ``out`` always holds a whole dataset (the old or the new)."""
-    aside = None
-    if os.path.isdir(out):
-        if _is_dataset(out):
-            aside = f"{staging}-old"
-            os.rename(out, aside)
-        else:
-            os.rmdir(out)  # empty (checked when the writer was made)
-    try:
-        os.rename(staging, out)
-    except OSError:
-        if aside is not None:
-            os.rename(aside, out)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
-
-
-def _remove_dead_stagings(parent: str, prefix: str) -> None:
-    """Remove staging folders of writers of the same OUT on this host whose process is gone."""
-    try:
-        names = [n for n in os.listdir(parent) if n.startswith(prefix)]
-    except OSError:
-        return
-    for name in names:
-        fields = name[len(prefix) :].split("-")
-        if len(fields) < 3 or fields[0] != _HOST or not fields[1].isdigit():
-            continue
-        try:
-            os.kill(int(fields[1]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        except OSError:
-            pass
-

@@ -1,0 +1,271 @@
+"""Minari's HDF5 backend (``data/main_data.hdf5``, every version): episodes in, episodes out.
+
+An episode is the group ``episode_<id>``; its attributes are the episode's metadata (``id``,
+``total_steps``, ``seed``, ``options/<key>``, 0.4's ``rewards_*``), kept with their HDF5 types.
+Every dataset below it is a field named by its path (``observations/pixels`` ->
+``observations.pixels``): Dict spaces are subgroups, Tuple spaces ``_index_<i>`` subgroups, Text
+spaces UTF-8 variable-length strings, JPEG-encoded images variable-length (or, when every frame
+has the same length, fixed) uint8 rows. Attributes of the datasets themselves (0.3's reward
+statistics on ``rewards``) go to the episode's source info and are written back.
+
+h5py follows external links (0.3's ``additional_data_<n>.hdf5`` files) by itself; a link that
+would leave the dataset's ``data`` folder is refused before it is followed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..episodes.model import Episode, FieldSpec, Schema
+from ..errors import EpisodeFormatError, MissingExtraError, PathEscapeError
+from . import minari_spaces as spaces
+
+__all__ = [
+    "MAIN_FILE", "attr_from_model", "empty_groups", "first_episode_empty_groups", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",
+    "read_root_attrs", "write_episodes",
+]
+
+MAIN_FILE = "main_data.hdf5"
+#: How an HDF5 string-array attribute (``combined_datasets``) is kept in typed JSON.
+_STRINGS = "__h5_strings__"
+
+
+def h5py_module() -> Any:
+    try:
+        import h5py
+    except ImportError as e:
+        raise MissingExtraError(f"Minari's HDF5 files need h5py: pip install 'shardstore[convert]' ({e})") from e
+    return h5py
+
+
+def attr_to_model(value: Any) -> Any:
+    """An HDF5 attribute value as a typed-JSON-able value (string arrays tagged, bytes kept)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind == "O":
+        return {_STRINGS: [v.decode() if isinstance(v, bytes) else str(v) for v in value.ravel().tolist()]}
+    return value
+
+
+def attr_from_model(value: Any) -> Any:
+    """The inverse of ``attr_to_model``; a Python list (from a JSON source) becomes an array."""
+    h5py = h5py_module()
+    if isinstance(value, dict) and _STRINGS in value:
+        return np.array(value[_STRINGS], dtype=h5py.string_dtype("utf-8"))
+    if isinstance(value, list | tuple):
+        if all(isinstance(v, str) for v in value):
+            return np.array(value, dtype=h5py.string_dtype("utf-8"))
+        return np.asarray(value)
+    return value
+
+
+def flat_attrs(metadata: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Nested metadata (a JSON source's ``options``) as Minari's flat ``options/<key>`` attributes;
+    None values are left out (HDF5 has no null)."""
+    for key, value in metadata.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and _STRINGS not in value:
+            yield from flat_attrs(value, f"{name}/")
+        elif value is not None:
+            yield name, value
+
+
+def read_root_attrs(path: Path) -> dict[str, Any]:
+    h5py = h5py_module()
+    try:
+        with h5py.File(path, "r") as f:
+            return {k: attr_to_model(v) for k, v in f.attrs.items()}
+    except OSError as e:
+        raise EpisodeFormatError(f"not an HDF5 file: {e}", path=str(path)) from e
+
+
+def _episode_groups(f: Any, path: Path) -> list[tuple[int, str]]:
+    """``(id, group name)`` of the ``episode_<id>`` groups, by id; external links checked."""
+    h5py = h5py_module()
+    found = []
+    root = os.path.realpath(path.parent)
+    for name in f:
+        if not name.startswith("episode_") or not name[8:].isdigit():
+            continue
+        link = f.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            target = os.path.realpath(os.path.join(root, link.filename))
+            if os.path.commonpath([root, target]) != root:
+                raise PathEscapeError("an external link leaves the dataset's data folder", path=str(path), member=name)
+        found.append((int(name[8:]), name))
+    found.sort()
+    return found
+
+
+def _leaves(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    h5py = h5py_module()
+    for name, obj in group.items():
+        if isinstance(obj, h5py.Group):
+            yield from _leaves(obj, (*prefix, name))
+        else:
+            yield (*prefix, name), obj
+
+
+def _steps_of(group: Any, path: Path, name: str) -> int:
+    if "rewards" not in group:
+        raise EpisodeFormatError("not a Minari episode (no rewards)", path=str(path), member=name)
+    return int(group["rewards"].shape[0])
+
+
+def empty_groups(group: Any, prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """Paths of the groups holding nothing (CartPole's ``infos`` when infos were not recorded):
+    not fields, but Minari reads an empty group as ``{}`` and a missing one as None."""
+    h5py = h5py_module()
+    out = []
+    for name, obj in group.items():
+        if isinstance(obj, h5py.Group):
+            out += [[*prefix, name]] if len(obj) == 0 else empty_groups(obj, (*prefix, name))
+    return out
+
+
+def first_episode_empty_groups(path: Path) -> list[list[str]]:
+    h5py = h5py_module()
+    with h5py.File(path, "r") as f:
+        groups = _episode_groups(f, path)
+        return empty_groups(f[groups[0][1]]) if groups else []
+
+
+def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> list[FieldSpec]:
+    """The field tree, from the first episode (later episodes must have the same fields)."""
+    h5py = h5py_module()
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise EpisodeFormatError(f"not an HDF5 file: {e}", path=str(path)) from e
+    with f:
+        groups = _episode_groups(f, path)
+        if not groups:
+            raise EpisodeFormatError("not a Minari dataset: no episode_<id> groups", path=str(path))
+        name = groups[0][1]
+        group = f[name]
+        n = _steps_of(group, path, name)
+        fields = []
+        for leaf, ds in _leaves(group):
+            where = f"episode {groups[0][0]}, field {'.'.join(leaf)!r}"
+            rows = _rows(ds, n, path, where)
+            space = spaces.space_at(layout_spaces, leaf)
+            if h5py.check_string_dtype(ds.dtype) is not None:
+                fields.append(FieldSpec(".".join(leaf), "text", path=leaf, rows=rows))
+            elif jpeg and spaces.is_image(space) and tuple(ds.shape[1:]) != tuple(space["shape"]):
+                shape = tuple(int(x) for x in space["shape"])
+                fields.append(FieldSpec(".".join(leaf), "media", "|u1", shape, leaf, "jpeg", rows))
+            elif h5py.check_vlen_dtype(ds.dtype) is not None or ds.dtype.hasobject:
+                raise EpisodeFormatError(f"unsupported variable-length dataset of {ds.dtype}", path=str(path), member=where)
+            else:
+                fields.append(FieldSpec(".".join(leaf), "array", ds.dtype.str, tuple(ds.shape[1:]), leaf, rows=rows))
+        return fields
+
+
+def _rows(ds: Any, n: int, path: Path, where: str) -> str:
+    if ds.ndim == 0:
+        raise EpisodeFormatError("a scalar dataset where a row per step is expected", path=str(path), member=where)
+    if ds.shape[0] == n:
+        return "steps"
+    if ds.shape[0] == n + 1:
+        return "steps+1"
+    raise EpisodeFormatError(
+        f"{ds.shape[0]} rows where the episode has {n} steps (rewards): the arrays disagree in length",
+        path=str(path), member=where,
+    )
+
+
+def read_episodes(path: Path, schema: Schema, rel: str) -> Iterator[Episode]:
+    """The episodes of ``path`` in id order, each checked against ``schema`` (``rel`` is the file's
+    name in the dataset, for source info)."""
+    h5py = h5py_module()
+    with h5py.File(path, "r") as f:
+        for number, name in _episode_groups(f, path):
+            group = f[name]
+            n = _steps_of(group, path, name)
+            names = {".".join(leaf) for leaf, _ in _leaves(group)}
+            extra = names - set(schema.names)
+            if extra:
+                raise EpisodeFormatError("a field the first episode does not have", path=str(path),
+                                         member=f"episode {number}, field {sorted(extra)[0]!r}")
+            steps: dict[str, Any] = {}
+            dataset_attrs: dict[str, Any] = {}
+            for spec in schema.fields:
+                where = f"episode {number}, field {spec.name!r}"
+                if spec.name not in names:
+                    raise EpisodeFormatError("field missing", path=str(path), member=where)
+                ds = group["/".join(spec.source_path)]
+                if _rows(ds, n, path, where) != spec.rows:
+                    raise EpisodeFormatError(f"{ds.shape[0]} rows where the first episode's field has {spec.rows} "
+                                             f"({n} steps)", path=str(path), member=where)
+                steps[spec.name] = _read_leaf(ds, spec, path, where)
+                if ds.attrs:
+                    dataset_attrs["/".join(spec.source_path)] = {k: attr_to_model(v) for k, v in ds.attrs.items()}
+            metadata = {k: attr_to_model(v) for k, v in group.attrs.items()}
+            terms = steps.get("terminations")
+            terminal = bool(len(terms) and terms[-1]) if isinstance(terms, np.ndarray) else False
+            source: dict[str, Any] = {"file": rel, "group": name}
+            if dataset_attrs:
+                source["dataset_attrs"] = dataset_attrs
+            episode = Episode(number, steps, metadata, terminal, None, source)
+            episode.validate(schema, str(path))
+            yield episode
+
+
+def _read_leaf(ds: Any, spec: FieldSpec, path: Path, where: str) -> Any:
+    if spec.kind == "text":
+        return [str(s) for s in ds.asstr()[()]]
+    data = ds[()]
+    if spec.kind == "media":
+        if data.dtype == object:
+            return [np.asarray(row, dtype=np.uint8).tobytes() for row in data]
+        return [row.tobytes() for row in data]
+    if data.dtype.str != spec.dtype or data.shape[1:] != spec.shape:
+        raise EpisodeFormatError(
+            f"dtype {data.dtype.str} shape {data.shape[1:]} where the first episode has {spec.dtype} {spec.shape}",
+            path=str(path), member=where,
+        )
+    return data
+
+
+def write_episodes(
+    path: Path, schema: Schema, episodes: Iterator[Episode], root_attrs: Callable[[], Mapping[str, Any]]
+) -> Iterator[Episode]:
+    """Write ``main_data.hdf5`` at ``path`` from ``episodes`` (yielding each once written);
+    ``root_attrs()`` (0.3/0.4: counts known only at the end) gives the file's attributes, written last."""
+    h5py = h5py_module()
+    with h5py.File(path, "w", track_order=True) as f:
+        for episode in episodes:
+            group = f.create_group(f"episode_{episode.index}")
+            for empty in schema.attrs.get("empty_groups", []):
+                group.require_group("/".join(empty))
+            for key, value in flat_attrs(episode.metadata):
+                group.attrs[key] = attr_from_model(value)
+            dataset_attrs = episode.source.get("dataset_attrs", {}) if isinstance(episode.source, dict) else {}
+            for spec in schema.fields:
+                parent = group
+                for part in spec.source_path[:-1]:
+                    parent = parent.require_group(part)
+                ds = _write_leaf(parent, spec.source_path[-1], spec, episode.steps[spec.name], h5py)
+                for key, value in dataset_attrs.get("/".join(spec.source_path), {}).items():
+                    ds.attrs[key] = attr_from_model(value)
+            yield episode
+        for key, value in flat_attrs(root_attrs()):
+            f.attrs[key] = attr_from_model(value)
+
+
+def _write_leaf(parent: Any, name: str, spec: FieldSpec, values: Any, h5py: Any) -> Any:
+    if spec.kind == "text":
+        return parent.create_dataset(name, data=list(values), dtype=h5py.string_dtype("utf-8"))
+    if spec.kind == "media":
+        frames = [np.frombuffer(bytes(v), dtype=np.uint8) for v in values]
+        if len({len(fr) for fr in frames}) == 1:  # as minari writes them: fixed rows when all lengths agree
+            return parent.create_dataset(name, data=np.stack(frames), chunks=True)
+        ds = parent.create_dataset(name, (len(frames),), dtype=h5py.vlen_dtype(np.uint8), chunks=True)
+        for i, fr in enumerate(frames):
+            ds[i] = fr
+        return ds
+    arr = np.asarray(values)
+    return parent.create_dataset(name, data=arr, chunks=True, maxshape=(None, *arr.shape[1:]))
