@@ -719,7 +719,7 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
     echo_episode_report(report, "Exported", as_json, quiet)
 
 
-# ----- LeRobot: import, export, check (the groups above) ---------------------------------------------
+# ----- LeRobot: import, export, check (issue 12) ----------------------------------------------------
 @import_group.command("lerobot")
 @click.argument("src")
 @click.argument("out", required=False)
@@ -730,22 +730,22 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
     help="Decode every video frame into the step samples (jpg, png or npy) instead of keeping the mp4s whole.",
 )
 @click.option("--check-only", is_flag=True, help="Only run the LeRobot checklist on SRC (as `shardstore check lerobot SRC`).")
-@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
 @storage_options_option
-@quiet_option
-@json_option
+@episode_writer_options
 @handle_errors
 def import_lerobot_command(
     src: str,
     out: str | None,
     frames: str | None,
     check_only: bool,
+    storage_options: dict[str, Any] | None,
+    granularity: str,
+    shard_size: int,
+    split_ratio: str | None,
     force: bool,
     progress: bool,
-    storage_options: dict[str, Any] | None,
-    quiet: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Import a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) into OUT.
 
@@ -765,18 +765,20 @@ def import_lerobot_command(
     if out is None:
         raise click.UsageError("OUT is required (or pass --check-only)")
     from .convert.lerobot import import_lerobot
+    from .prepare import _sigterm_unwinds
 
-    show = progress and not quiet and not as_json and sys.stderr.isatty()
-    report = import_lerobot(
-        src, out, frames=frames, force=force, progress=show, storage_options=storage_options  # type: ignore[arg-type]
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_lerobot)(
+        src, out, frames=frames, storage_options=storage_options, **kwargs  # type: ignore[arg-type]
     )
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        videos = f", {report.video_files} videos ({report.video_bytes / 1e6:.1f} MB) in .videos" if report.video_files else ""
+        videos = f", {report.video_files} videos ({_human_bytes(report.video_bytes)}) in .videos" if report.video_files else ""
         click.echo(
-            f"Imported {src} (LeRobot {report.version}) into {report.out}: {report.episodes} episodes, "
-            f"{report.steps} frames, {report.shards} shards ({report.bytes / 1e6:.1f} MB){videos} in {report.seconds:.1f} s"
+            f"Imported {src} (LeRobot {report.version}) into {report.out}: {_plural(report.episodes, 'episode')}, "
+            f"{_plural(report.steps, 'frame')}, {_plural(report.shards, 'shard')} ({_human_bytes(report.bytes)}){videos} "
+            f"in {report.seconds:.1f} s"
         )
 
 
@@ -808,8 +810,9 @@ def export_lerobot_command(
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
     """
     from .convert.lerobot import export_lerobot
+    from .prepare import _sigterm_unwinds
 
-    report = export_lerobot(dataset, out, version=version, storage_options=storage_options)
+    report = _sigterm_unwinds(export_lerobot)(dataset, out, version=version, storage_options=storage_options)
     if as_json:
         echo_json(dataclasses.asdict(report))
     elif not quiet:

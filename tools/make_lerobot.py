@@ -132,10 +132,19 @@ def episode_table(
 
 
 def encode_video(
-    path: str, clips: Sequence[tuple[int, int]], camera: int, codec: str, fps: int, size: int, gop: int
+    path: str,
+    clips: Sequence[tuple[int, int]],
+    camera: int,
+    codec: str,
+    fps: int,
+    size: int,
+    gop: int,
+    align: bool = True,
+    drop_last: bool = False,
 ) -> None:
-    """Encode the frames of ``clips`` ((episode, frames) each) into one mp4; every clip starts on
-    a keyframe (as LeRobot's per-episode files and its concatenations of them do)."""
+    """Encode the frames of ``clips`` ((episode, frames) each) into one mp4. With ``align`` every
+    clip starts on a keyframe (as LeRobot's per-episode files and its concatenations of them do);
+    ``drop_last`` leaves out the last frame (a broken file for the tests)."""
     import av
 
     av.logging.set_level(av.logging.ERROR)
@@ -145,12 +154,14 @@ def encode_video(
         s.width = s.height = size
         s.pix_fmt = "yuv420p"
         s.options = {"g": str(gop), "preset": "12"} if codec == "av1" else {"g": str(gop)}
+        if not align:  # no scene-cut keyframes either: episodes then start where the GOP falls
+            s.options = {**s.options, "sc_threshold": "0", "svtav1-params": "scd=0"}
         pts = 0
-        for episode, n in clips:
-            for i in range(n):
+        for k, (episode, n) in enumerate(clips):
+            for i in range(n - 1 if drop_last and k == len(clips) - 1 else n):
                 f = av.VideoFrame.from_ndarray(frame_pixels(episode, i, camera, size), format="rgb24")
                 f.pts = pts
-                if i == 0:
+                if i == 0 and align:
                     f.pict_type = av.video.frame.PictureType.I
                 pts += 1
                 for p in s.encode(f):
@@ -172,6 +183,7 @@ def make_lerobot(
     episodes_per_file: int = 2,
     image: bool = True,
     gop: int = 4,
+    align_keyframes: bool = True,
 ) -> str:
     """Write the dataset to ``out`` and return it. ``frames`` is one length or one per episode."""
     import pyarrow as pa
@@ -214,7 +226,9 @@ def make_lerobot(
             pq.write_table(table, path)
             for cam, (key, codec) in enumerate(cameras.items()):
                 vpath = info["video_path"].format(episode_chunk=chunk, video_key=key, episode_index=ep)
-                encode_video(os.path.join(out, vpath), [(ep, lengths[ep])], cam, codec, fps, size, gop)
+                encode_video(
+                    os.path.join(out, vpath), [(ep, lengths[ep])], cam, codec, fps, size, gop, align_keyframes
+                )
         _write_lines(os.path.join(out, "meta/episodes.jsonl"), ep_rows)
         _write_lines(
             os.path.join(out, "meta/episodes_stats.jsonl"),
@@ -267,7 +281,14 @@ def make_lerobot(
             for cam, (key, codec) in enumerate(cameras.items()):
                 vpath = info["video_path"].format(video_key=key, chunk_index=chunk, file_index=file)
                 encode_video(
-                    os.path.join(out, vpath), [(e, lengths[e]) for e in eps], cam, codec, fps, size, gop
+                    os.path.join(out, vpath),
+                    [(e, lengths[e]) for e in eps],
+                    cam,
+                    codec,
+                    fps,
+                    size,
+                    gop,
+                    align_keyframes,
                 )
         os.makedirs(os.path.join(out, "meta/episodes/chunk-000"), exist_ok=True)
         pq.write_table(

@@ -278,9 +278,8 @@ def import_lerobot(
     out: str,
     *,
     frames: FramesMode | None = None,
-    force: bool = False,
-    progress: bool = False,
     storage_options: dict[str, Any] | None = None,
+    **writer_options: Any,
 ) -> ImportReport:
     """Import the LeRobot dataset at ``src`` (v2.1 or v3.0) into a new episode dataset at ``out``.
 
@@ -291,8 +290,10 @@ def import_lerobot(
     (``jpg``/``png`` media or ``npy`` arrays) and no video store. The source's ``meta/`` files are
     kept under ``.nv-meta/source/``, its per-episode rows in the episode index.
 
-    The source is checked first (``LeRobotFormatError`` on its first error); everything is staged
-    and moved into place at the end, so ``out`` never holds half an import.
+    ``writer_options`` go to ``EpisodeWriter`` (``granularity``, ``shard_size``, ``split_ratio``
+    for episodes that ``info.json``'s splits leave out, ``force``, ``progress``). The source is
+    checked first (``LeRobotFormatError`` on its first error); everything is staged and moved into
+    place at the end, so ``out`` never holds half an import.
     """
     from ..episodes.writer import EpisodeWriter
 
@@ -306,9 +307,8 @@ def import_lerobot(
         out,
         schema=schema,
         source_files=stream.source_files,
-        force=force,
-        progress=progress,
         total_steps=stream.total_steps,
+        **writer_options,
     )
     video_bytes = 0
     with writer:

@@ -89,6 +89,7 @@ class _Writer:
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
         self.arrow_schema = _arrow_schema(self.schema)
         self.probes: dict[str, VideoInfo] = {}
+        self.encoded: set[str] = set()  # clips made from decoded frames (import --frames)
         self.rows: list[dict[str, Any]] = []  # per episode: index, tasks, length, stats, location
         self.pending = _Pending()
         self.file_no = 0
@@ -217,6 +218,7 @@ class _Writer:
         # frames decoded into the steps (import --frames): encode them into a file of their own
         data = _encode_frames(values, self._codec(key), self.fps, where)
         info = probe(io.BytesIO(data), where)
+        self.encoded.add(where)
         return Clip(lambda: io.BytesIO(data), where, 0, n), info
 
     def _codec(self, key: str) -> str:
@@ -225,15 +227,21 @@ class _Writer:
         return str(vinfo.get("video.codec") or self.schema[key].attrs.get("video") or "h264")
 
     def _video(self, clips: Sequence[tuple[Clip, VideoInfo]], out: str, key: str) -> None:
+        """Write one mp4 from clips: a copy of a whole source file, else cut/joined (``write_clips``).
+        Files made from frames an import decoded count as re-encoded."""
         self.report.videos += 1
-        clip, info = clips[0]
-        if _whole_file([c for c, _ in clips], info):
-            with clip.open() as src, open(out, "wb") as dst:
+        rel = os.path.relpath(out, self.stage).replace(os.sep, "/")
+        encoded = any(c.name in self.encoded for c, _ in clips)
+        if _whole_file([c for c, _ in clips], clips[0][1]):
+            with clips[0][0].open() as src, open(out, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
+            reencoded = encoded
+        else:
+            reencoded = write_clips([c for c, _ in clips], [i for _, i in clips], out, self.fps) or encoded
+        if reencoded:
+            self.report.reencoded.append(rel)
+        elif _whole_file([c for c, _ in clips], clips[0][1]):
             self.report.copied_videos += 1
-            return
-        if write_clips([c for c, _ in clips], [i for _, i in clips], out, self.fps):
-            self.report.reencoded.append(os.path.relpath(out, self.stage))
         else:
             self.report.remuxed_videos += 1
 

@@ -39,8 +39,9 @@ __all__ = ["VideoRef", "RangeFile", "FrameDecoder", "VideoStore", "VIDEO_STORE",
 #: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
 BLOCK_SIZE = 256 * 1024
 BLOCKS_KEPT = 8
-#: Open videos a ``FrameDecoder`` keeps per process.
-OPEN_VIDEOS = 16
+#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224): reopening a video
+#: (parsing its index, starting a decoder) costs as much as decoding a frame or two.
+OPEN_VIDEOS = 64
 #: Decoded frames a ``FrameDecoder`` keeps per open video (a window asked twice decodes once).
 FRAMES_KEPT = 32
 
@@ -136,7 +137,9 @@ class RangeFile(io.RawIOBase):
 class _OpenVideo:
     """One open file: container, its first video stream, the running decoder and what it gave."""
 
-    def __init__(self, av: Any, name: str, fileobj: IO[bytes]) -> None:
+    def __init__(
+        self, av: Any, name: str, fileobj: IO[bytes], reformatters: dict[tuple[Any, ...], Any]
+    ) -> None:
         self.name = name
         self.fileobj = fileobj
         try:
@@ -144,7 +147,15 @@ class _OpenVideo:
             self.stream = self.container.streams.video[0]
         except (av.error.FFmpegError, IndexError) as e:
             raise DecodeError(f"cannot open the video: {e}", path=name) from e
-        self.stream.thread_type = "AUTO"
+        # slice threads only: frame threading adds a frame of latency per seek, and closing a
+        # frame-threaded decoder left in the middle of a file can hang (seen with PyAV 18)
+        self.stream.thread_type = "SLICE"
+        self.stream.codec_context.thread_count = int(os.environ.get("SHARDSTORE_VIDEO_THREADS", "1"))
+        cc = self.stream.codec_context
+        kind = (cc.name, cc.width, cc.height, cc.pix_fmt)
+        if kind not in reformatters:
+            reformatters[kind] = av.video.reformatter.VideoReformatter()
+        self.reformatter = reformatters[kind]
         self.time_base: Fraction = self.stream.time_base
         rate = self.stream.average_rate or self.stream.guessed_rate or 30
         self.frame_pts = max(1, round(1 / (float(rate) * self.time_base)))  # one frame, in pts
@@ -153,6 +164,7 @@ class _OpenVideo:
         self.frames: OrderedDict[int, np.ndarray] = OrderedDict()
         self.decoder: Any = None
         self.position: int | None = None  # pts of the last frame the running decoder gave
+        self.seeks = 0  # how often this video was sought (a measure of the cache's use)
 
     def close(self) -> None:
         self.container.close()
@@ -169,6 +181,7 @@ class _OpenVideo:
         )
         if not ahead:
             self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
+            self.seeks += 1
             self.decoder = self.container.decode(self.stream)
             self.position = None
         for frame in self.decoder:
@@ -179,7 +192,7 @@ class _OpenVideo:
                 continue
             if abs(pts - target) > half:
                 break  # overshot: no frame at this time
-            arr = frame.to_ndarray(format="rgb24")
+            arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
             self.frames[pts] = arr
             if len(self.frames) > FRAMES_KEPT:
                 self.frames.popitem(last=False)
@@ -208,14 +221,19 @@ class FrameDecoder:
         self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        # RGB converters kept per kind of video (codec, size, pixel format): a frame's own
+        # to_ndarray(format=...) builds a scaler per call (about 1 ms at 224x224, more than
+        # decoding the frame); a kept one reuses its scaler while its input stays alike
+        self._reformatters: dict[tuple[Any, ...], Any] = {}
 
     def _video(self, name: str) -> _OpenVideo:
         if self._pid != os.getpid():
             self._open = OrderedDict()  # inherited through fork: never touch the parent's decoders
             self._pid = os.getpid()
+            self._reformatters = {}
         video = self._open.get(name)
         if video is None:
-            video = _OpenVideo(import_av(), name, self.opener(name))
+            video = _OpenVideo(import_av(), name, self.opener(name), self._reformatters)
             self._open[name] = video
             if len(self._open) > self.max_open:
                 self._open.popitem(last=False)[1].close()
@@ -227,6 +245,11 @@ class FrameDecoder:
         """The frame of ``name`` shown at ``timestamp`` seconds, HWC uint8 RGB."""
         with self._lock:
             return self._video(name).frame(timestamp)
+
+    def seeks(self, name: str) -> int:
+        """How often the open video ``name`` was sought (0 if it is not open)."""
+        video = self._open.get(name)
+        return 0 if video is None else video.seeks
 
     def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
         """The frames of ``refs`` in order (sort a window by time first for the fewest seeks)."""
