@@ -272,10 +272,8 @@ def _typed(values: Any, leaf: Leaf, path: str, where: str) -> Any:
             return [v.decode("utf-8") for v in values]
         except UnicodeDecodeError as e:
             raise TFRecordFormatError(f"text is not UTF-8 ({e})", path=path, member=where) from e
-    if leaf.dtype == "str":
-        return (
-            list(values) if leaf.in_steps is False else [v.decode("utf-8", "surrogateescape") for v in values]
-        )
+    if leaf.dtype == "str":  # string tensors: bytes in metadata, str (bytes kept by surrogates) in steps
+        return [v.decode("utf-8", "surrogateescape") for v in values] if leaf.in_steps else list(values)
     dtype = np.dtype(leaf.dtype)
     wire = np.array(values, dtype=np.float32 if leaf.list_kind == "float_list" else np.int64)
     out = wire.astype(dtype)
@@ -340,7 +338,7 @@ def _fill(feature: Any, leaf: Leaf, value: Any, where: str) -> None:
 def _as_bytes(value: Any) -> bytes:
     """Text as UTF-8, bytes as they are, any other metadata value as its typed JSON."""
     if isinstance(value, str):
-        return value.encode("utf-8")
+        return value.encode("utf-8", "surrogateescape")
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value)
     return json.dumps(to_jsonable(value), sort_keys=True).encode("utf-8")
