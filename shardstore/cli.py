@@ -369,6 +369,7 @@ def check_command(
       shardstore check ./ds --deep --json
       shardstore check meta.yaml --ref 'json[image]'
       shardstore check lerobot ./my_lerobot
+      shardstore check rlds ./robo/1.0.0 --json
     """
     if source is not None:  # `check FORMAT SRC`: an outside format's checklist
         if path not in FORMAT_CHECKS:
