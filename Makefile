@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 test test-fast demo lint bench system-deps clean
+.PHONY: help venv energon6 tfds test test-fast demo lint bench system-deps clean
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -32,6 +32,15 @@ $(ENERGON6)/.installed: tests/compat/energon6-requirements.txt
 
 energon6: $(ENERGON6)/.installed
 
+# TensorFlow Datasets in a venv of its own, for the RLDS tests (they load exports with the real tfds).
+TFDS ?= .venv-tfds
+$(TFDS)/.installed: tests/convert/tfds-requirements.txt
+	$(PYTHON) -m venv $(TFDS)
+	$(TFDS)/bin/python -m pip install -q -r tests/convert/tfds-requirements.txt
+	touch $@
+
+tfds: $(TFDS)/.installed
+
 # System packages the tests need: FUSE 3 (for mount) and Ceph's monitor, OSD and radosgw (the
 # `rgw` S3 test server of tools/s3server.py, ~30 s to install). One apt-get for whatever is missing.
 RGW_PACKAGES := ceph-mon ceph-osd radosgw
@@ -44,7 +53,7 @@ system-deps:
 	  else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null) || \
 	    echo "warning: apt-get install$$need failed: tests that need them will skip (fail under CI=true)"; fi
 
-test: venv system-deps energon6
+test: venv system-deps energon6 tfds
 	$(PY) tools/s3server.py install
 	# A test that hits its time limit runs once more, a safety net kept after the two hangs seen under
 	# load were found and fixed (S3 PUTs waiting for a 100 Continue; multiprocessing.Pool.terminate in
@@ -67,4 +76,4 @@ bench: venv
 	$(PY) tools/bench/aux.py
 
 clean:
-	rm -rf $(VENV) $(ENERGON6) demo-data .pytest_cache
+	rm -rf $(VENV) $(ENERGON6) $(TFDS) demo-data .pytest_cache

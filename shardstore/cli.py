@@ -7,6 +7,7 @@ sqlite3 nor fsspec directly.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -418,6 +419,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 
 @main.command("check")
 @click.argument("path")
+@click.argument("source", required=False)
 @click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
 @click.option(
     "--ref",
@@ -432,7 +434,13 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @json_option
 @handle_errors
 def check_command(
-    path: str, deep: bool, refs: tuple[str, ...], progress: bool, storage_options: dict[str, Any] | None, quiet: bool,
+    path: str,
+    source: str | None,
+    deep: bool,
+    refs: tuple[str, ...],
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
     as_json: bool,
 ) -> None:
     """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
@@ -447,7 +455,14 @@ def check_command(
       shardstore check ./ds
       shardstore check ./ds --deep --json
       shardstore check meta.yaml --ref 'json[image]'
+      shardstore check lerobot ./my_lerobot
+      shardstore check rlds ./robo/1.0.0 --json
     """
+    if source is not None:  # `check FORMAT SRC`: an outside format's checklist
+        if path not in FORMAT_CHECKS:
+            raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(FORMAT_CHECKS)}, not {path!r}")
+        FORMAT_CHECKS[path](source, storage_options, quiet, as_json)
+        return
     if _is_metadataset(path):  # every dataset and aux path; with --ref, every referenced aux file
         from .metadataset import metadataset_check
 
@@ -950,6 +965,261 @@ def export_episode_wds_command(
         echo_json({"out": out, "shards": names})
     elif not quiet:
         click.echo(f"{out}: {_plural(len(names), 'shard')}")
+
+
+# ----- LeRobot: import, export, check (issue 12) ----------------------------------------------------
+@import_group.command("lerobot")
+@click.argument("src")
+@click.argument("out", required=False)
+@click.option(
+    "--frames",
+    type=click.Choice(["jpg", "png", "npy"]),
+    default=None,
+    help="Decode every video frame into the step samples (jpg, png or npy) instead of keeping the mp4s whole.",
+)
+@click.option("--check-only", is_flag=True, help="Only run the LeRobot checklist on SRC (as `shardstore check lerobot SRC`).")
+@storage_options_option
+@episode_writer_options
+@handle_errors
+def import_lerobot_command(
+    src: str,
+    out: str | None,
+    frames: str | None,
+    check_only: bool,
+    storage_options: dict[str, Any] | None,
+    granularity: str,
+    shard_size: int,
+    split_ratio: str | None,
+    force: bool,
+    progress: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Import a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) into OUT.
+
+    One sample per frame; vector columns as .npy, image columns as their PNG bytes; the mp4s kept
+    whole in OUT/.videos (frames decoded at random from them), or decoded into the samples with
+    --frames. SRC is checked first; a dataset with errors is refused and nothing is written.
+
+    \b
+    Example:
+      shardstore import lerobot ./my_lerobot ./ds
+      shardstore import lerobot ./my_lerobot ./ds_jpg --frames jpg
+      shardstore import lerobot ./my_lerobot --check-only
+    """
+    if check_only:
+        _lerobot_check(src, storage_options, quiet, as_json)
+        return
+    if out is None:
+        raise click.UsageError("OUT is required (or pass --check-only)")
+    from .convert.lerobot import import_lerobot
+    from .prepare import _sigterm_unwinds
+
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_lerobot)(
+        src, out, frames=frames, storage_options=storage_options, **kwargs  # type: ignore[arg-type]
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        videos = f", {report.video_files} videos ({_human_bytes(report.video_bytes)}) in .videos" if report.video_files else ""
+        click.echo(
+            f"Imported {src} (LeRobot {report.version}) into {report.out}: {_plural(report.episodes, 'episode')}, "
+            f"{_plural(report.steps, 'frame')}, {_plural(report.shards, 'shard')} ({_human_bytes(report.bytes)}){videos} "
+            f"in {report.seconds:.1f} s"
+        )
+
+
+@export_group.command("lerobot")
+@click.argument("dataset")
+@click.argument("out")
+@click.option(
+    "--version",
+    "version",
+    type=click.Choice(["2.1", "3.0", "v2.1", "v3.0"]),
+    default=None,
+    help="LeRobot version to write (default: the version the dataset came from).",
+)
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_lerobot_command(
+    dataset: str, out: str, version: str | None, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Export an episode dataset to a new LeRobot dataset at OUT (v2.1 or v3.0).
+
+    Parquet files with the source's schema, the source's metadata files (rewritten only where the
+    version or the episodes changed), the mp4s copied, cut or joined at keyframes (re-encoded with
+    the source codec only where the GOP does not allow it; the report lists those files).
+
+    \b
+    Example:
+      shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
+    """
+    from .convert.lerobot import export_lerobot
+    from .prepare import _sigterm_unwinds
+
+    report = _sigterm_unwinds(export_lerobot)(dataset, out, version=version, storage_options=storage_options)
+    if as_json:
+        echo_json(dataclasses.asdict(report))
+    elif not quiet:
+        click.echo(
+            f"Exported {dataset} to {report.out} (LeRobot {report.version}): {report.episodes} episodes, "
+            f"{report.frames} frames, {report.videos} videos ({report.copied_videos} copied, "
+            f"{report.remuxed_videos} remuxed, {len(report.reencoded)} re-encoded); metadata {report.metadata}"
+        )
+        for path in report.reencoded:
+            click.echo(f"re-encoded: {path} (episode boundaries off keyframes)")
+
+
+def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Print the LeRobot checklist's report; exit 1 when it has errors."""
+    from .convert.lerobot import check
+
+    report = check(src, storage_options=storage_options)
+    if as_json:
+        click.echo(report.to_json())
+    elif not quiet:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
+
+
+#: `shardstore check FORMAT SRC`: the checks of outside formats, by name.
+FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None]] = {"lerobot": _lerobot_check}
+
+
+# ----- RLDS: import, export, check ------------------------------------------------------------------
+@import_group.command("rlds")
+@click.argument("src")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--split", default=None, help="Only this split of dataset_info.json (e.g. train); default: all splits.")
+@storage_options_option
+@episode_writer_options
+@handle_errors
+def import_rlds_command(
+    src: str,
+    out: str,
+    split: str | None,
+    storage_options: dict[str, Any] | None,
+    granularity: str,
+    shard_size: int,
+    split_ratio: str | None,
+    force: bool,
+    progress: bool,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Import an RLDS dataset (a TFDS version folder of TFRecord shards, local or fsspec URL) into OUT.
+
+    One sample per step: images as their encoded bytes, tensors as .npy with features.json's dtype
+    and shape, text as .txt; every record's CRCs and RLDS's is_first/is_last/is_terminal rules are
+    checked. features.json and dataset_info.json are kept under .nv-meta/source/, each episode's
+    split, shard and record in the episode index. The splits of SRC are kept (--split-ratio only
+    applies to episodes without one). No TensorFlow needed.
+
+    \b
+    Example:
+      shardstore import rlds ./robo/1.0.0 ./ds
+      shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
+    """
+    from .convert.rlds import import_rlds
+    from .prepare import _sigterm_unwinds
+
+    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
+    report = _sigterm_unwinds(import_rlds)(src, out, split=split, storage_options=storage_options, **kwargs)
+    echo_episode_report(report, "Imported", as_json, quiet)
+
+
+@export_group.command("rlds")
+@click.argument("dataset")
+@click.argument("out")
+@click.option("--split", default=None, help="Only this split's episodes; default: all.")
+@click.option(
+    "--main-camera",
+    default=None,
+    help="LeRobot sources: the camera key that becomes observation/image (default: observation.images.top, "
+    "else observation.image, else the first camera).",
+)
+@click.option(
+    "--image-encoding",
+    type=click.Choice(["png", "jpeg"]),
+    default="png",
+    help="LeRobot sources: how converted frames are encoded (png: lossless).",
+)
+@click.option("--name", default=None, help="Dataset name in the shard file names (default: the source's).")
+@click.option("--force", is_flag=True, help="Replace an RLDS folder already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
+@storage_options_option
+@quiet_option
+@json_option
+@handle_errors
+def export_rlds_command(
+    dataset: str,
+    out: str,
+    split: str | None,
+    main_camera: str | None,
+    image_encoding: str,
+    name: str | None,
+    force: bool,
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Export an episode dataset as RLDS: OUT becomes the TFDS version folder (dataset_info.json,
+    features.json and TFRecord shards in it) that tfds.builder_from_directory(OUT) reads.
+
+    A dataset imported from RLDS gets back its features.json, split names and shard count, with
+    byte-identical records. One imported from LeRobot is converted as the LeRobot -> RLDS mapping
+    spec says, and its validation report is written beside OUT (OUT.report.json, OUT.report.txt).
+
+    \b
+    Example:
+      shardstore export rlds ./ds ./export/robo/1.0.0
+      shardstore export rlds ./lerobot_ds ./rlds/1.0.0 --main-camera observation.images.wrist
+    """
+    from .convert.rlds import export_rlds
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    info = export_rlds(
+        dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
+        force=force, progress=show, storage_options=storage_options,
+    )
+    if as_json:
+        echo_json(info)
+    elif not quiet:
+        splits = ", ".join(
+            f"{s['name']}: {sum(int(n) for n in s['shardLengths'])} episodes in {len(s['shardLengths'])} shards"
+            for s in info["splits"]
+        )
+        click.echo(f"Exported {dataset} to {out} (RLDS): {splits}")
+        if "report" in info:
+            t = info["report"]["totals"]
+            verdict = "valid" if info["report"]["validation"]["ok"] else "INVALID"
+            click.echo(
+                f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
+                f"{len(info['report']['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
+            )
+
+
+def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Print the RLDS validation report (the mapping spec's rules); exit 1 when a rule fails."""
+    from .convert.rlds_check import check_rlds
+
+    report = check_rlds(src, storage_options=storage_options)
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        click.echo(report.text())
+    if not report.ok:
+        sys.exit(1)
+
+
+FORMAT_CHECKS["rlds"] = _rlds_check
+
 
 if __name__ == "__main__":
     main()

@@ -28,6 +28,8 @@ __all__ = [
     "EpisodeFormatError",
     "LinkLoopWarning",
     "PrepareLockedError",
+    "LeRobotFormatError",
+    "TFRecordFormatError",
     "place_message",
     "UnsafePickleError",
 ]
@@ -176,3 +178,11 @@ class PrepareLockedError(ShardstoreError, BlockingIOError):
 class UnsafePickleError(PickleNotAllowedError):
     """A pickle (decoded with the opt-in) names a class or function outside numpy's arrays, scalars
     and dtypes and Python's builtin types; the message names it. Nothing it names was called."""
+class LeRobotFormatError(EpisodeFormatError):
+    """A LeRobot dataset breaks its format's rules (``shardstore check lerobot`` lists them all);
+    the message names the episode, the camera and the file."""
+
+
+class TFRecordFormatError(ShardstoreError, ValueError):
+    """A TFRecord file is corrupt (a CRC mismatch, a truncated record) or a record is not a
+    ``tf.train.Example``; ``member`` names the record (``record 3``) and, where known, the field."""

@@ -67,6 +67,14 @@ class FileStore(ABC):
     def __getitem__(self, name: str) -> bytes:
         return self.get_many([name])[0]
 
+    def locate(self, name: str) -> tuple[str, ByteRange]:
+        """(file relative to ``storage``, byte range) of ``name``'s bytes, for readers that read
+        pieces of a large member themselves (video decoders seeking in an mp4)."""
+        hit = self._locate_many([name])[0]
+        if hit is None:
+            raise self._missing(name)
+        return hit
+
     def get(self, name: str, default: T | None = None) -> bytes | T | None:
         """The bytes of ``name``, or ``default`` when the store has no such file."""
         hit = self._locate_many([name])[0]

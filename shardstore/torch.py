@@ -29,7 +29,7 @@ from .dataset import Dataset
 from .dataset import open as open_dataset
 from .sharding import iter_dataset, kept_position
 
-__all__ = ["MapDataset", "IterableDataset", "EpisodeStepDataset", "distributed_rank"]
+__all__ = ["MapDataset", "IterableDataset", "EpisodeStepDataset", "chw_float", "distributed_rank"]
 
 Transform = Callable[[Any], Any]
 
@@ -142,7 +142,9 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
 
     ``episodes`` is an episode view, an open ``Dataset`` (its split) or a URL (then ``split``,
     default every episode, and ``open_kwargs`` such as ``storage_options``). Media fields are
-    encoded bytes, which ``default_collate`` does not batch: decode them in ``transform``.
+    encoded bytes, which ``default_collate`` does not batch: decode them in ``transform``. Video
+    fields' frames come as LeRobot gives them, float32 tensors in [0, 1], CHW (a window: TCHW);
+    ``video_chw_float=False`` keeps the view's HWC uint8 numpy arrays.
     """
 
     def __init__(
@@ -152,6 +154,7 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
         *,
         window: tuple[int, int] | None = None,
         transform: Transform | None = None,
+        video_chw_float: bool = True,
         **open_kwargs: Any,
     ) -> None:
         from .episodes import Episodes
@@ -166,6 +169,7 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
         self.window = window
         self.transform = transform
         self._ends = np.cumsum(self.episodes.lengths)
+        self._videos = [f.name for f in self.episodes.schema.fields if f.kind == "video"] if video_chw_float else []
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -188,4 +192,12 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
             item = self.episodes.window(e, t, *self.window)
         item["__episode__"] = self.episodes.number(e)
         item["__step__"] = t
+        for name in self._videos:
+            item[name] = chw_float(item[name])
         return self.transform(item) if self.transform is not None else item
+
+
+def chw_float(frames: np.ndarray) -> torch.Tensor:
+    """HWC (or THWC) uint8 frames as a float32 tensor in [0, 1], CHW (or TCHW), as LeRobot's."""
+    t = torch.from_numpy(np.ascontiguousarray(frames))
+    return t.movedim(-1, -3).to(torch.float32).div_(255)

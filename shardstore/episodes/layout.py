@@ -12,6 +12,7 @@ and the view so the two cannot drift apart.
 
 Parts: ``<field>.npy`` (``np.save`` bytes, ``allow_pickle=False``) per array, media as their
 encoded bytes with their extension (``<field>.png``, ``<field>.jpg``), text ``<field>.txt`` (UTF-8),
+a video field's frame reference ``<field>.json`` (``video.VideoRef``: file, timestamp, frame),
 and ``is_first.npy``, ``is_last.npy``, ``is_terminal.npy`` (numpy bool scalars, or bool vectors in
 an episode sample).
 """
@@ -57,8 +58,10 @@ def episode_key(episode: int) -> str:
 
 
 def extension(spec: FieldSpec) -> str:
-    """The part extension of a field: ``npy`` for arrays (and a video field's per-step frame
-    references), ``txt`` for text, the encoding's usual extension for media."""
+    """The part extension of a field: ``npy`` for arrays, ``txt`` for text, ``json`` for a video
+    field's per-step frame reference, the encoding's usual extension for media."""
+    if spec.kind == "video":
+        return "json"
     if spec.kind == "media":
         enc = spec.encoding.lower()
         if not _ENCODING_RE.match(enc):

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 
 from ..errors import EpisodeFormatError
+from .video import VideoRef
 
 __all__ = [
     "FLAG_FIELDS",
@@ -47,7 +48,8 @@ __all__ = [
 
 #: ``array``: numpy values (``.npy`` in the store); ``media``: encoded bytes per step (``.png``,
 #: ``.jpg``...); ``text``: one string per step (``.txt``); ``video``: frames of a video file kept
-#: whole elsewhere (the format module that produces it says how a step finds its frame).
+#: whole elsewhere, one ``episodes.video.VideoRef`` per step (file, timestamp, frame number), the
+#: files themselves in ``EpisodeStream.video_files``.
 FieldKind = Literal["array", "media", "text", "video"]
 
 #: ``steps``: one row per step. ``steps+1``: one row more, as Minari's observations and infos,
@@ -245,6 +247,8 @@ class Episode:
                 raise EpisodeFormatError("a media field needs encoded bytes per step", path=source, member=where)
             elif f.kind == "text" and not all(isinstance(v, str) for v in values):
                 raise EpisodeFormatError("a text field needs a string per step", path=source, member=where)
+            elif f.kind == "video" and not all(isinstance(v, VideoRef) for v in values):
+                raise EpisodeFormatError("a video field needs a VideoRef per step", path=source, member=where)
         return n
 
 
@@ -253,13 +257,17 @@ class EpisodeStream:
     """What a format's reader gives and a format's writer takes: the schema, the episodes (an
     iterable read lazily, once), their count and total step count when known (for progress bars),
     and the source's own metadata files by relative path, kept byte for byte under
-    ``.nv-meta/source/`` on import and handed back to the writer on export."""
+    ``.nv-meta/source/`` on import and handed back to the writer on export. ``video_files``
+    opens, by name, the video files that the ``VideoRef`` values of video fields name (a seekable
+    binary file each, opened lazily: the import copies them whole into its video store, an export
+    cuts or copies them)."""
 
     schema: Schema
     episodes: Iterable[Episode]
     count: int | None = None
     source_files: Mapping[str, bytes] = field(default_factory=dict)
     total_steps: int | None = None
+    video_files: Mapping[str, Callable[[], IO[bytes]]] = field(default_factory=dict)
 
 
 def _where(episode: int, name: str) -> str:

@@ -7,7 +7,9 @@ metadata of ``[e]`` is one indexed lookup per episode), no scan, the same on S3 
 small index files are downloaded once into the cache keyed by ``index.uuid``).
 
 Arrays come back as numpy arrays (``.npy`` parts decoded by ``npy.py``), media as their encoded
-bytes, text as ``str``. Steps and windows also carry the flags ``is_first``, ``is_last``,
+bytes, text as ``str``. Video fields: ``step`` and ``window`` decode the frames (HWC ``uint8``,
+stacked in a window) from the dataset's video store (``video.VideoStore``); ``[e]`` and ``stream``
+give the per-step ``VideoRef`` references, which an export cuts the files by. Steps and windows also carry the flags ``is_first``, ``is_last``,
 ``is_terminal`` (numpy bools); windows carry ``is_pad``, see ``Episodes.window``.
 """
 
@@ -36,6 +38,7 @@ from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .npy import decode, decode_rows, parse_header
+from .video import VideoRef, VideoStore
 
 __all__ = ["Episodes", "episodes"]
 
@@ -75,6 +78,7 @@ class Episodes:
         self._parts = {layout.part_name(f): f for f in self.schema.fields}
         self._extra = any(f.rows == "steps+1" for f in self.schema.fields)
         self._split_of = _split_of_shards(dataset)
+        self._video: VideoStore | None = None
 
     # ----- sizes and bookkeeping ------------------------------------------------------------------
     def __len__(self) -> int:
@@ -122,6 +126,22 @@ class Episodes:
         if relpath not in self.source_files():
             raise SampleNotFoundError("no such source file", path=self.dataset.storage.url(f"{_META}/{SOURCE_DIR}"), member=relpath)
         return self.dataset.storage.read(f"{_META}/{SOURCE_DIR}/{relpath}")
+
+    @property
+    def video(self) -> VideoStore:
+        """The store of the dataset's video files (an import keeps them in ``.videos/``)."""
+        if self._video is None:
+            rel = self.schema.attrs.get("video_store")
+            if not rel:
+                raise DatasetNotPreparedError("this dataset has no video store", path=self.dataset.url)
+            url = self.dataset.url.rstrip("/") + "/" + str(rel)
+            names = self.schema.attrs.get("video_files") or []
+            self._video = VideoStore(url, names, self.dataset.storage_options)
+        return self._video
+
+    def _frames(self, refs: list[VideoRef]) -> np.ndarray:
+        """Decoded frames of ``refs``, stacked (T, H, W, 3) uint8."""
+        return np.stack(self.video.decoder.frames(refs))
 
     def _e(self, e: int) -> int:
         n = len(self._number)
@@ -242,13 +262,17 @@ class Episodes:
             return [p.decode() for p in parts]
         if f.kind == "media":
             return parts
+        if f.kind == "video":
+            return [VideoRef.from_bytes(p) for p in parts]
         if not parts:
             return np.empty((0, *f.shape), dtype=np.dtype(f.dtype))
         return decode_rows(parts, where)
 
     def _episode_field(self, f: FieldSpec, sample: dict[str, bytes], rows: int) -> Any:
-        if f.kind in ("text", "media"):
+        if f.kind in ("text", "media", "video"):
             values = [sample[layout.row_part_name(f, t)] for t in range(rows)]
+            if f.kind == "video":
+                return [VideoRef.from_bytes(v) for v in values]
             return [v.decode() for v in values] if f.kind == "text" else values
         return decode(sample[layout.part_name(f)], f"field {f.name!r}")
 
@@ -257,6 +281,9 @@ class Episodes:
             return data.decode()
         if f.kind == "media":
             return data
+        if f.kind == "video":
+            ref = VideoRef.from_bytes(data)
+            return self.video.decoder.frame(ref.file, ref.timestamp)
         return decode(data, f.name)
 
     def step(self, e: int, t: int) -> dict[str, Any]:
@@ -284,6 +311,8 @@ class Episodes:
                 values = episode.steps[f.name]
                 if t < len(values):  # [t, ...]: a 0-d array keeps its byte order, [t] a scalar would not
                     out[f.name] = values[t, ...] if isinstance(values, np.ndarray) else values[t]
+                    if f.kind == "video":
+                        out[f.name] = self._frames([values[t]])[0]
         last = t == rows - 1
         out["is_first"] = np.bool_(t == 0)
         out["is_last"] = np.bool_(last)
@@ -317,6 +346,9 @@ class Episodes:
             episode = self[e]
             for f in self.schema.fields:
                 out[f.name] = _take(episode.steps[f.name], idx)
+        for f in self.schema.fields:
+            if f.kind == "video":  # frames in time order: the decoder reads forward, seeking once
+                out[f.name] = self._frames(out[f.name])
         rows = int(self._samples[e]) if self.granularity == "step" else (n + 1 if self._extra else n)
         out["is_first"] = idx == 0
         out["is_last"] = idx == rows - 1
@@ -330,7 +362,8 @@ class Episodes:
         the kept source files."""
         files = {rel: self.source_file(rel) for rel in self.source_files()}
         order = np.argsort(self._number, kind="stable").tolist()
-        return EpisodeStream(self.schema, (self[e] for e in order), len(self), files, self.total_steps)
+        videos = self.video if self.schema.attrs.get("video_store") else {}
+        return EpisodeStream(self.schema, (self[e] for e in order), len(self), files, self.total_steps, videos)
 
     # ----- the dict view of imitation-learning research (the episode-frame layout) -------------------
     def to_dict(

@@ -296,6 +296,8 @@ class EpisodeWriter:
                 sample[layout.part_name(f)] = v[t].encode()  # type: ignore[union-attr]
             elif f.kind == "media":
                 sample[layout.part_name(f)] = bytes(v[t])  # type: ignore[arg-type]
+            elif f.kind == "video":
+                sample[layout.part_name(f)] = v[t].to_bytes()  # type: ignore[union-attr]
             else:
                 arr: np.ndarray = v  # type: ignore[assignment]
                 row = arr[t, ...]  # a 0-d array keeps its byte order; arr[t] would be a native scalar
@@ -317,9 +319,9 @@ class EpisodeWriter:
         sample: dict[str, Any] = {"__key__": layout.episode_key(number)}
         for f in self.schema.fields:
             v = steps[f.name]
-            if f.kind in ("text", "media"):
+            if f.kind in ("text", "media", "video"):
                 for t, item in enumerate(v):
-                    sample[layout.row_part_name(f, t)] = item.encode() if f.kind == "text" else bytes(item)  # type: ignore[union-attr,arg-type]
+                    sample[layout.row_part_name(f, t)] = _row_bytes(f, item)
             else:
                 sample[layout.part_name(f)] = encode_row(v)  # type: ignore[arg-type]
         is_first = np.zeros(rows, bool)
@@ -409,6 +411,13 @@ class EpisodeWriter:
             seconds=round(time.perf_counter() - self._t0, 3),
             splits=dict(self._split_counts),
         )
+
+
+def _row_bytes(f: FieldSpec, item: Any) -> bytes:
+    """One row of a text, media or video field as the bytes of its part."""
+    if f.kind == "text":
+        return item.encode()  # type: ignore[no-any-return]
+    return item.to_bytes() if f.kind == "video" else bytes(item)  # type: ignore[no-any-return]
 
 
 def _progress_bar(show: bool, total: int | None) -> Any:

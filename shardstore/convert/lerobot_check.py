@@ -1,0 +1,336 @@
+"""``shardstore check lerobot``: the LeRobot checklist as a report.
+
+The checks are those of the users' v2.1 document (and their v3.0 counterparts): a known version,
+``chunks_size``, the path templates and that every file they name exists (and no data file they
+do not name), video keys that are features (``observation.images.*`` advised), zero-padded names,
+``episodes.jsonl`` one object per line, parquet rows = video frames = the episode's length per
+camera, the video's fps, its codec (AV1 and HEVC are read but the document names H.264, so they
+are warnings), parquet columns that are features, tasks that exist, forward slashes.
+
+The import runs the same checks first and refuses a dataset with an error in it, naming the
+episode, camera and file, before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import DecodeError, LeRobotFormatError, ShardstoreError
+from ..storage import Storage
+from .lerobot_meta import (
+    TEMPLATE_FIELDS,
+    LeRobotMeta,
+    import_arrow,
+    in_root,
+    load_meta,
+    template_fields,
+)
+from .mp4 import VideoInfo, probe
+
+__all__ = ["Problem", "CheckReport", "check_meta", "check_lerobot"]
+
+Level = Literal["error", "warning"]
+#: The spec's codec; others are read but warned about.
+SPEC_CODECS = ("h264",)
+READ_CODECS = ("h264", "av1", "hevc")
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding: its level, the check's name, what is wrong and where."""
+
+    level: Level
+    check: str
+    message: str
+    file: str | None = None
+    episode: int | None = None
+    camera: str | None = None
+
+    def __str__(self) -> str:
+        where = [w for w in (self.file, None if self.episode is None else f"episode {self.episode}") if w]
+        if self.camera:
+            where.append(f"camera {self.camera!r}")
+        return f"{self.level}: [{self.check}] {', '.join(where)}: {self.message}" if where else self.message
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """What ``check_lerobot`` found: the dataset's version and size, the checks run, problems."""
+
+    source: str
+    version: str | None = None
+    episodes: int = 0
+    frames: int = 0
+    videos: int = 0
+    checks: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    video_infos: dict[str, VideoInfo] = field(default_factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.level == "error" for p in self.problems)
+
+    def add(self, level: Level, check: str, message: str, **where: Any) -> None:
+        self.problems.append(Problem(level, check, message, **where))
+
+    def raise_first(self) -> None:
+        """Raise ``LeRobotFormatError`` for the first error, naming its episode, camera and file."""
+        for p in self.problems:
+            if p.level == "error":
+                member = ", ".join(
+                    w
+                    for w in (
+                        None if p.episode is None else f"episode {p.episode}",
+                        None if p.camera is None else f"camera {p.camera!r}",
+                    )
+                    if w
+                )
+                raise LeRobotFormatError(p.message, path=p.file or self.source, member=member or None)
+
+    def to_json(self) -> str:
+        obj = {
+            "source": self.source,
+            "version": self.version,
+            "ok": self.ok,
+            "episodes": self.episodes,
+            "frames": self.frames,
+            "videos": self.videos,
+            "checks": self.checks,
+            "problems": [asdict(p) for p in self.problems],
+        }
+        return json.dumps(obj, indent=2)
+
+    def lines(self) -> list[str]:
+        errors = sum(p.level == "error" for p in self.problems)
+        head = (
+            f"{self.source}: LeRobot {self.version or '?'}, {self.episodes} episodes, {self.frames} frames, "
+            f"{self.videos} videos: {'ok' if self.ok else f'{errors} error(s)'}"
+        )
+        return [head, *(str(p) for p in self.problems)]
+
+
+def check_lerobot(storage: Storage) -> tuple[CheckReport, LeRobotMeta | None]:
+    """Every check on the dataset at ``storage``; the metadata too when it could be read."""
+    report = CheckReport(storage.url())
+    report.checks.append("meta")
+    try:
+        meta = load_meta(storage)
+    except ShardstoreError as e:
+        report.add("error", "meta", e.detail, file=e.path)
+        return report, None
+    check_meta(meta, storage, report)
+    return report, meta
+
+
+def check_meta(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> None:
+    """The checks that need the metadata read (``check_lerobot`` minus reading it)."""
+    report.version = meta.version
+    report.episodes = len(meta.episodes)
+    report.frames = sum(e.length for e in meta.episodes)
+    info_file = storage.url("meta/info.json")
+    _check_templates(meta, report, info_file)
+    _check_features(meta, report, info_file)
+    present = set(storage.list((".parquet", ".mp4")))
+    _check_files(meta, present, report, storage)
+    if report.ok:
+        _check_rows(meta, storage, report)
+        _check_videos(meta, storage, present, report)
+
+
+def _check_templates(meta: LeRobotMeta, report: CheckReport, info_file: str) -> None:
+    report.checks += ["templates", "slashes"]
+    data_fields, video_fields = TEMPLATE_FIELDS[meta.version]
+    for key, want in (("data_path", data_fields), ("video_path", video_fields)):
+        template = meta.info.get(key)
+        if template is None:
+            if key == "video_path" and meta.video_keys:
+                report.add("error", "templates", "video features but no video_path", file=info_file)
+            continue
+        if "\\" in template:
+            report.add("error", "slashes", f"{key} {template!r} has backslashes", file=info_file)
+        got = template_fields(template)
+        if got != want:
+            report.add(
+                "error",
+                "templates",
+                f"{key} {template!r} uses {sorted(got)}; {meta.version} names files by {sorted(want)}",
+                file=info_file,
+            )
+        elif meta.version == "v2.1" and "episode_index:06d" not in template:
+            report.add(
+                "warning",
+                "templates",
+                f"{key} {template!r}: episode numbers not zero-padded to 6",
+                file=info_file,
+            )
+
+
+def _check_features(meta: LeRobotMeta, report: CheckReport, info_file: str) -> None:
+    report.checks += ["video_keys", "codebase_version", "chunks_size"]
+    for key in meta.video_keys:
+        if not key.startswith("observation.images."):
+            report.add(
+                "warning",
+                "video_keys",
+                f"video feature {key!r} is not under observation.images.*",
+                file=info_file,
+            )
+    known = set(meta.tasks)
+    report.checks.append("tasks")
+    for e in meta.episodes:
+        for t in e.tasks:
+            if t not in known:
+                report.add("error", "tasks", f"task {t!r} is not in the tasks table", episode=e.index)
+
+
+def _check_files(meta: LeRobotMeta, present: set[str], report: CheckReport, storage: Storage) -> None:
+    """Every file the templates name exists, and no data file is outside the templates."""
+    report.checks += ["files", "zero_padding"]
+    named: set[str] = set()
+    for e in meta.episodes:
+        for camera, span in [(None, e.data_file), *((k, v.file) for k, v in e.videos.items())]:
+            try:
+                path = in_root(span if isinstance(span, str) else span, storage.url())
+            except LeRobotFormatError as err:
+                report.add("error", "slashes", err.detail, episode=e.index, camera=camera)
+                continue
+            named.add(path)
+            if path not in present:
+                what = "video" if camera else "data"
+                report.add(
+                    "error",
+                    "files",
+                    f"missing {what} file",
+                    file=storage.url(path),
+                    episode=e.index,
+                    camera=camera,
+                )
+    for path in sorted(present - named):
+        if path.startswith(("data/", "videos/")):
+            hint = " (a number not zero-padded?)" if re.search(r"[_-]\d+\.", path) else ""
+            report.add(
+                "error", "templates", f"file not named by the path templates{hint}", file=storage.url(path)
+            )
+
+
+def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> None:
+    """Parquet rows per episode = its length; columns = the non-video features."""
+    pq = import_arrow()
+    report.checks += ["rows", "columns"]
+    want = {k for k, f in meta.features.items() if f.get("dtype") != "video"}
+    by_file: dict[str, list[int]] = {}
+    by_index = {e.index: e for e in meta.episodes}
+    for e in meta.episodes:
+        by_file.setdefault(e.data_file, []).append(e.index)
+    for path, eps in by_file.items():
+        with storage.open(path) as f:
+            table = pq.read_table(f, columns=None)
+        cols = set(table.column_names) - {"__index_level_0__"}
+        for c in sorted(cols - want):
+            report.add(
+                "error",
+                "columns",
+                f"parquet column {c!r} is not in info.json features",
+                file=storage.url(path),
+            )
+        for c in sorted(want - cols):
+            report.add("error", "columns", f"feature {c!r} has no parquet column", file=storage.url(path))
+        if "episode_index" not in cols:
+            continue
+        counts = dict(
+            zip(*np.unique(table.column("episode_index").to_numpy(), return_counts=True), strict=True)
+        )
+        for ep in eps:
+            entry = by_index[ep]
+            rows = int(counts.get(ep, 0))
+            if rows != entry.length:
+                report.add(
+                    "error",
+                    "rows",
+                    f"{rows} parquet rows where the episode's length is {entry.length}",
+                    file=storage.url(path),
+                    episode=ep,
+                )
+
+
+def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report: CheckReport) -> None:
+    """Frames per episode and camera = its length; fps; codec."""
+    report.checks += ["frames", "fps", "codec"]
+    fps = meta.fps
+    files: dict[str, list[tuple[int, str, float, float | None]]] = {}
+    for e in meta.episodes:
+        for camera, span in e.videos.items():
+            files.setdefault(span.file, []).append((e.index, camera, span.from_timestamp, span.to_timestamp))
+    lengths = {e.index: e.length for e in meta.episodes}
+    for path, uses in files.items():
+        if path not in present:
+            continue
+        url = storage.url(path)
+        try:
+            with storage.open(path) as f:
+                info = probe(f, url)
+        except DecodeError as err:
+            report.add("error", "frames", err.detail, file=url, episode=uses[0][0], camera=uses[0][1])
+            continue
+        report.videos += 1
+        report.video_infos[path] = info
+        camera = uses[0][1]
+        if abs(info.fps - fps) > 1e-3:
+            report.add(
+                "error",
+                "fps",
+                f"video at {info.fps:g} fps where info.json says {fps:g}",
+                file=url,
+                camera=camera,
+            )
+        if info.codec not in READ_CODECS:
+            report.add(
+                "error", "codec", f"codec {info.codec!r} is not one LeRobot records", file=url, camera=camera
+            )
+        elif info.codec not in SPEC_CODECS:
+            report.add(
+                "warning",
+                "codec",
+                f"codec {info.codec!r}; the v2.1 document names H.264 (avc1)",
+                file=url,
+                camera=camera,
+            )
+        if meta.version == "v2.1":
+            ep = uses[0][0]
+            if info.frames != lengths[ep]:
+                report.add(
+                    "error",
+                    "frames",
+                    f"{info.frames} video frames where the episode has {lengths[ep]} rows",
+                    file=url,
+                    episode=ep,
+                    camera=camera,
+                )
+            continue
+        total = 0
+        for ep, cam, start, end in uses:
+            frames = round(((end or 0.0) - start) * fps)
+            total += lengths[ep]
+            if frames != lengths[ep]:
+                report.add(
+                    "error",
+                    "frames",
+                    f"time range {start:g}..{end:g} s holds {frames} frames where the episode has {lengths[ep]} rows",
+                    file=url,
+                    episode=ep,
+                    camera=cam,
+                )
+        if info.frames != total:
+            report.add(
+                "error",
+                "frames",
+                f"{info.frames} video frames where its episodes have {total} rows",
+                file=url,
+                episode=uses[-1][0],
+                camera=camera,
+            )

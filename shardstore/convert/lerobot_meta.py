@@ -1,0 +1,332 @@
+"""LeRobot's metadata, both versions: what ``meta/`` says, where each episode's rows and videos are.
+
+v2.1 keeps one parquet per episode and one mp4 per episode and camera, found through the
+``data_path`` / ``video_path`` templates of ``meta/info.json`` (``episode_chunk`` =
+``episode_index // chunks_size``), episodes in ``meta/episodes.jsonl``, per-episode stats in
+``meta/episodes_stats.jsonl``, tasks in ``meta/tasks.jsonl``. v3.0 packs many episodes per file: the
+rows of ``meta/episodes/chunk-*/file-*.parquet`` say which data file and row range
+(``dataset_from_index``/``dataset_to_index``), and per camera which video file and time range
+(``from_timestamp``/``to_timestamp``) hold an episode; tasks are ``meta/tasks.parquet``.
+
+``load_meta`` reads all of it into one ``LeRobotMeta`` with an ``EpisodeEntry`` per episode, the
+same for both versions, so the reader, the checker and the writer never branch on the version
+below this module. Nothing here reads a data row or a video frame.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import LeRobotFormatError, MissingExtraError, StorageError
+from ..storage import Storage
+
+__all__ = [
+    "VERSIONS",
+    "EpisodeEntry",
+    "LeRobotMeta",
+    "load_meta",
+    "import_arrow",
+    "column_numpy",
+    "flatten_stats",
+    "unflatten_stats",
+]
+
+VERSIONS = ("v2.1", "v3.0")
+INFO = "meta/info.json"
+#: Columns of v3.0's episodes table that say where an episode lies; recomputed on export.
+V3_LOCATION = ("data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index")
+V3_META_LOCATION = ("meta/episodes/chunk_index", "meta/episodes/file_index")
+V3_VIDEO_LOCATION = ("chunk_index", "file_index", "from_timestamp", "to_timestamp")
+#: Template fields per version; a template naming others does not describe this version's files.
+TEMPLATE_FIELDS = {
+    "v2.1": ({"episode_chunk", "episode_index"}, {"episode_chunk", "episode_index", "video_key"}),
+    "v3.0": ({"chunk_index", "file_index"}, {"chunk_index", "file_index", "video_key"}),
+}
+
+
+def import_arrow() -> Any:
+    """``pyarrow.parquet``, or a ``MissingExtraError`` naming the extra."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise MissingExtraError(f"LeRobot needs pyarrow: pip install 'shardstore[convert]' ({e})") from e
+    return pq
+
+
+@dataclass(slots=True)
+class VideoSpan:
+    """Where one camera's frames of an episode are: a file and the time range inside it."""
+
+    file: str
+    from_timestamp: float
+    to_timestamp: float | None  # None: to the end of the file (v2.1)
+
+
+@dataclass(slots=True)
+class EpisodeEntry:
+    """One episode: its number, length, tasks, data file and rows in it, video spans, and the
+    source's own row for it (``episodes.jsonl`` line or v3.0 episodes row, stats included)."""
+
+    index: int
+    length: int
+    tasks: list[str]
+    data_file: str
+    row_start: int | None  # v3.0: dataset_from_index; v2.1: the whole file
+    videos: dict[str, VideoSpan]
+    row: dict[str, Any]
+    stats: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class LeRobotMeta:
+    """Everything ``meta/`` says; ``files`` are the metadata files byte for byte by path."""
+
+    root: str
+    version: str
+    info: dict[str, Any]
+    episodes: list[EpisodeEntry]
+    tasks: list[str]  # by task_index
+    files: dict[str, bytes]
+
+    @property
+    def fps(self) -> float:
+        return float(self.info["fps"])
+
+    @property
+    def features(self) -> dict[str, dict[str, Any]]:
+        return self.info["features"]
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "video"]
+
+    @property
+    def image_keys(self) -> list[str]:
+        return [k for k, f in self.features.items() if f.get("dtype") == "image"]
+
+
+def template_fields(template: str) -> set[str]:
+    """The ``{name...}`` fields a path template uses."""
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name}
+
+
+def fill(template: str, where: str, **values: Any) -> str:
+    """``template`` filled; an unknown field is a format error naming the template."""
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError) as e:
+        raise LeRobotFormatError(f"path template {template!r} does not fit: {e!r}", path=where) from e
+
+
+def _json(data: bytes, path: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as e:
+        raise LeRobotFormatError(f"not valid JSON: {e}", path=path) from e
+
+
+def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
+    """One JSON object per line (blank lines allowed); anything else names the line."""
+    rows = []
+    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise LeRobotFormatError(f"line {n} is not one JSON object: {e}", path=path) from e
+        if not isinstance(obj, dict):
+            raise LeRobotFormatError(f"line {n} is not a JSON object", path=path)
+        rows.append(obj)
+    return rows
+
+
+def read_info(storage: Storage) -> tuple[dict[str, Any], str]:
+    """``meta/info.json`` and its version (``codebase_version``, else ``version`` with a ``v``)."""
+    where = storage.url(INFO)
+    try:
+        info = _json(storage.read(INFO), where)
+    except StorageError as e:
+        raise LeRobotFormatError("no meta/info.json: not a LeRobot dataset", path=where) from e
+    if not isinstance(info, dict):
+        raise LeRobotFormatError("info.json is not a JSON object", path=where)
+    version = str(info.get("codebase_version") or info.get("version") or "")
+    if version and not version.startswith("v"):
+        version = "v" + version
+    if version not in VERSIONS:
+        raise LeRobotFormatError(
+            f"unknown codebase_version {version or None!r} (shardstore reads {', '.join(VERSIONS)})",
+            path=where,
+        )
+    for key in ("fps", "features", "data_path", "chunks_size"):
+        if key not in info:
+            raise LeRobotFormatError(f"info.json has no {key!r}", path=where)
+    if not isinstance(info["chunks_size"], int) or info["chunks_size"] <= 0:
+        raise LeRobotFormatError(
+            f"chunks_size must be a positive integer, not {info['chunks_size']!r}", path=where
+        )
+    return info, version
+
+
+def load_meta(storage: Storage) -> LeRobotMeta:
+    """Read ``meta/`` of the dataset at ``storage`` (either version) into a ``LeRobotMeta``."""
+    info, version = read_info(storage)
+    files = {p: storage.read(p) for p in storage.list() if p.startswith("meta/") or p == "README.md"}
+    files = dict(sorted(files.items()))
+    meta = LeRobotMeta(storage.url(), version, info, [], [], files)
+    (_load_v21 if version == "v2.1" else _load_v30)(meta, storage)
+    return meta
+
+
+def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
+    info = meta.info
+    for name in ("meta/episodes.jsonl", "meta/tasks.jsonl"):
+        if name not in meta.files:
+            raise LeRobotFormatError(f"v2.1 needs {name}", path=storage.url(name))
+    tasks = _jsonl(meta.files["meta/tasks.jsonl"], storage.url("meta/tasks.jsonl"))
+    meta.tasks = [t["task"] for t in sorted(tasks, key=lambda t: t["task_index"])]
+    stats_rows = _jsonl(
+        meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl")
+    )
+    stats = {int(r["episode_index"]): r.get("stats", {}) for r in stats_rows}
+    where = storage.url("meta/episodes.jsonl")
+    for row in _jsonl(meta.files["meta/episodes.jsonl"], where):
+        try:
+            ep, length, ep_tasks = int(row["episode_index"]), int(row["length"]), list(row.get("tasks", []))
+        except (KeyError, TypeError, ValueError) as e:
+            raise LeRobotFormatError(f"episode row {row} lacks {e}", path=where) from e
+        chunk = ep // info["chunks_size"]
+        data = fill(info["data_path"], storage.url(INFO), episode_chunk=chunk, episode_index=ep)
+        videos = {
+            key: VideoSpan(
+                fill(
+                    info.get("video_path") or "",
+                    storage.url(INFO),
+                    episode_chunk=chunk,
+                    episode_index=ep,
+                    video_key=key,
+                ),
+                0.0,
+                None,
+            )
+            for key, f in info["features"].items()
+            if f.get("dtype") == "video"
+        }
+        meta.episodes.append(
+            EpisodeEntry(ep, length, ep_tasks, data, None, videos, row, _stats_numpy(stats.get(ep, {})))
+        )
+
+
+def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
+    pq = import_arrow()
+    info = meta.info
+    if "meta/tasks.parquet" not in meta.files:
+        raise LeRobotFormatError("v3.0 needs meta/tasks.parquet", path=storage.url("meta/tasks.parquet"))
+    tasks = pq.read_table(io.BytesIO(meta.files["meta/tasks.parquet"])).to_pylist()
+    name_col = next((c for c in ("task", "__index_level_0__") if tasks and c in tasks[0]), None)
+    meta.tasks = [str(t[name_col]) if name_col else "" for t in sorted(tasks, key=lambda t: t["task_index"])]
+    ep_files = [p for p in meta.files if p.startswith("meta/episodes/") and p.endswith(".parquet")]
+    if not ep_files:
+        raise LeRobotFormatError(
+            "v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes")
+        )
+    rows: list[dict[str, Any]] = []
+    for p in ep_files:
+        rows.extend(pq.read_table(io.BytesIO(meta.files[p])).to_pylist())
+    for row in sorted(rows, key=lambda r: r["episode_index"]):
+        ep = int(row["episode_index"])
+        where = f"{storage.url(p)}: episode {ep}"
+        try:
+            data = fill(
+                info["data_path"],
+                where,
+                chunk_index=row["data/chunk_index"],
+                file_index=row["data/file_index"],
+            )
+            videos = {}
+            for key in meta.video_keys:
+                pre = f"videos/{key}/"
+                videos[key] = VideoSpan(
+                    fill(
+                        info.get("video_path") or "",
+                        where,
+                        video_key=key,
+                        chunk_index=row[pre + "chunk_index"],
+                        file_index=row[pre + "file_index"],
+                    ),
+                    float(row[pre + "from_timestamp"]),
+                    float(row[pre + "to_timestamp"]),
+                )
+            entry = EpisodeEntry(
+                ep,
+                int(row["length"]),
+                list(row.get("tasks") or []),
+                data,
+                int(row["dataset_from_index"]),
+                videos,
+                row,
+            )
+        except KeyError as e:
+            raise LeRobotFormatError(f"the episodes table has no column {e}", path=where) from e
+        entry.stats = unflatten_stats(row)
+        meta.episodes.append(entry)
+
+
+def _stats_numpy(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
+    return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
+
+
+def unflatten_stats(row: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """v3.0's ``stats/<feature>/<stat>`` columns as ``{feature: {stat: array}}``."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in row.items():
+        if key.startswith("stats/") and value is not None:
+            feature, stat = key[len("stats/") :].rsplit("/", 1)
+            out.setdefault(feature, {})[stat] = np.asarray(value)
+    return out
+
+
+def flatten_stats(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, Any]:
+    """The inverse of ``unflatten_stats``: ``{"stats/<feature>/<stat>": list}``."""
+    return {f"stats/{k}/{s}": np.asarray(v).tolist() for k, d in stats.items() for s, v in d.items()}
+
+
+def column_numpy(column: Any, rows: int) -> np.ndarray:
+    """An arrow column of scalars or (nested, fixed or equal-length) lists as one numpy array with
+    the step axis first: ``list<float32>[6]`` -> ``(rows, 6) float32``."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    shape = [rows]
+    while (
+        pa.types.is_list(arr.type)
+        or pa.types.is_fixed_size_list(arr.type)
+        or pa.types.is_large_list(arr.type)
+    ):
+        if pa.types.is_fixed_size_list(arr.type):
+            width = arr.type.list_size
+        else:
+            lengths = np.unique(arr.value_lengths().to_numpy(zero_copy_only=False))
+            if len(lengths) > 1:
+                raise ValueError(f"lists of different lengths {lengths.tolist()}")
+            width = int(lengths[0]) if len(lengths) else 0
+        shape.append(width)
+        arr = arr.flatten()
+    values = arr.to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(values).reshape(shape)
+
+
+def in_root(path: str, where: str) -> str:
+    """A path named by the dataset's own files, refused if it leaves the dataset's folder."""
+    norm = posixpath.normpath(path)
+    if "\\" in path or norm.startswith("../") or norm == ".." or posixpath.isabs(norm):
+        raise LeRobotFormatError(f"path {path!r} leaves the dataset or uses backslashes", path=where)
+    return norm

@@ -1,0 +1,321 @@
+"""Video frames at random: the reference a step keeps to its frame, and the decoder that finds it.
+
+A video field (``FieldSpec.kind == "video"``) keeps its mp4 files whole elsewhere (an auxiliary
+dataset of the import); each step holds a ``VideoRef``: the file's name there, the frame's
+presentation time in seconds and its frame number in the file. Reading a frame is then:
+
+- bytes come through ``RangeFile``, a read-only file object over ``Storage.read_at`` (``os.pread``
+  locally, a range GET on S3) of the member's byte range inside its tar shard, read in blocks with
+  a few blocks kept, so a decoder seeking in the mp4 never downloads the whole file;
+- ``FrameDecoder`` keeps the last few files open (container, stream, decoder) per process. A frame
+  ahead of the last one decoded and within one group of pictures is reached by decoding forward;
+  anything else seeks to the keyframe at or before the time and decodes forward to the exact frame
+  (the first whose time is within half a frame of the one asked). Consecutive frames of an
+  episode, as a window reads them, never seek again.
+
+Frames come out as HWC ``uint8`` RGB numpy arrays. PyAV (``av``) is the ``convert`` extra.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import IO, Any
+
+import numpy as np
+
+from ..errors import DecodeError, MissingExtraError
+from ..storage import Storage
+
+__all__ = ["VideoRef", "RangeFile", "FrameDecoder", "VideoStore", "VIDEO_STORE", "import_av"]
+
+#: Bytes fetched per read of a ``RangeFile`` (a range GET on S3): an mp4's boxes are read in small
+#: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
+BLOCK_SIZE = 256 * 1024
+BLOCKS_KEPT = 8
+#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224): reopening a video
+#: (parsing its index, starting a decoder) costs as much as decoding a frame or two.
+OPEN_VIDEOS = 64
+#: Decoded frames a ``FrameDecoder`` keeps per open video (a window asked twice decodes once).
+FRAMES_KEPT = 32
+
+
+def import_av() -> Any:
+    """PyAV, or a ``MissingExtraError`` naming the extra; its log level quietened to errors."""
+    try:
+        import av
+    except ImportError as e:
+        raise MissingExtraError(f"video needs PyAV: pip install 'shardstore[convert]' ({e})") from e
+    av.logging.set_level(av.logging.ERROR)
+    return av
+
+
+@dataclass(frozen=True, slots=True)
+class VideoRef:
+    """Where a step's frame is: ``file`` (its name in the video store), ``timestamp`` (seconds from
+    the file's start, as LeRobot's ``from_timestamp + frame_index / fps``) and ``frame`` (its
+    number in the file, for messages and for cutting files at frames)."""
+
+    file: str
+    timestamp: float
+    frame: int
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"file": self.file, "timestamp": self.timestamp, "frame": self.frame}).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> VideoRef:
+        try:
+            obj = json.loads(data)
+            return cls(str(obj["file"]), float(obj["timestamp"]), int(obj["frame"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise DecodeError(f"not a video frame reference: {e}") from e
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only, seekable file over ``size`` bytes at ``offset`` of ``path`` in ``storage``.
+
+    Reads go out in ``BLOCK_SIZE`` blocks (the last ``BLOCKS_KEPT`` kept), so a demuxer's many
+    small reads become a few range reads, and nothing outside the range is ever read.
+    """
+
+    def __init__(self, storage: Storage, path: str, offset: int = 0, size: int | None = None) -> None:
+        super().__init__()
+        self.storage, self.path, self.base = storage, path, offset
+        self.length = storage.size(path) - offset if size is None else size
+        self.pos = 0
+        self._blocks: OrderedDict[int, bytes] = OrderedDict()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.length}[whence]
+        self.pos = max(0, base + pos)
+        return self.pos
+
+    def _block(self, n: int) -> bytes:
+        data = self._blocks.get(n)
+        if data is None:
+            start = n * BLOCK_SIZE
+            data = self.storage.read_at(self.path, self.base + start, min(BLOCK_SIZE, self.length - start))
+            self._blocks[n] = data
+            if len(self._blocks) > BLOCKS_KEPT:
+                self._blocks.popitem(last=False)
+        else:
+            self._blocks.move_to_end(n)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        end = self.length if size is None or size < 0 else min(self.length, self.pos + size)
+        out = bytearray()
+        while self.pos < end:
+            n, skip = divmod(self.pos, BLOCK_SIZE)
+            piece = self._block(n)[skip : skip + end - self.pos]
+            out += piece
+            self.pos += len(piece)
+        return bytes(out)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _OpenVideo:
+    """One open file: container, its first video stream, the running decoder and what it gave."""
+
+    def __init__(
+        self, av: Any, name: str, fileobj: IO[bytes], reformatters: dict[tuple[Any, ...], Any]
+    ) -> None:
+        self.name = name
+        self.fileobj = fileobj
+        try:
+            self.container = av.open(fileobj, "r")
+            self.stream = self.container.streams.video[0]
+        except (av.error.FFmpegError, IndexError) as e:
+            raise DecodeError(f"cannot open the video: {e}", path=name) from e
+        # slice threads only: frame threading adds a frame of latency per seek, and closing a
+        # frame-threaded decoder left in the middle of a file can hang (seen with PyAV 18)
+        self.stream.thread_type = "SLICE"
+        self.stream.codec_context.thread_count = int(os.environ.get("SHARDSTORE_VIDEO_THREADS", "1"))
+        cc = self.stream.codec_context
+        kind = (cc.name, cc.width, cc.height, cc.pix_fmt)
+        if kind not in reformatters:
+            reformatters[kind] = av.video.reformatter.VideoReformatter()
+        self.reformatter = reformatters[kind]
+        self.time_base: Fraction = self.stream.time_base
+        rate = self.stream.average_rate or self.stream.guessed_rate or 30
+        self.frame_pts = max(1, round(1 / (float(rate) * self.time_base)))  # one frame, in pts
+        self.gop = 1  # the longest distance between keyframes seen, in pts (decode forward within it)
+        self.last_key: int | None = None
+        self.frames: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.decoder: Any = None
+        self.position: int | None = None  # pts of the last frame the running decoder gave
+        self.seeks = 0  # how often this video was sought (a measure of the cache's use)
+
+    def close(self) -> None:
+        self.container.close()
+        self.fileobj.close()
+
+    def frame(self, timestamp: float) -> np.ndarray:
+        target = round(timestamp / self.time_base)
+        half = self.frame_pts // 2
+        for pts, arr in self.frames.items():
+            if abs(pts - target) <= half:
+                return arr
+        ahead = self.position is not None and self.position < target <= self.position + max(
+            self.gop, self.frame_pts
+        )
+        if not ahead:
+            self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
+            self.seeks += 1
+            self.decoder = self.container.decode(self.stream)
+            self.position = None
+        for frame in self.decoder:
+            pts = frame.pts if frame.pts is not None else 0
+            self._learn(pts, frame.key_frame)
+            self.position = pts
+            if pts + half < target:
+                continue
+            if abs(pts - target) > half:
+                break  # overshot: no frame at this time
+            arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
+            self.frames[pts] = arr
+            if len(self.frames) > FRAMES_KEPT:
+                self.frames.popitem(last=False)
+            return arr
+        self.position = None
+        raise DecodeError(f"no frame at {timestamp:.6f} s (the video ends or skips it)", path=self.name)
+
+    def _learn(self, pts: int, key: bool) -> None:
+        if key:
+            if self.last_key is not None and pts > self.last_key:
+                self.gop = max(self.gop, pts - self.last_key)
+            self.last_key = pts
+
+
+class FrameDecoder:
+    """Frames of videos by (name, timestamp), with open videos cached per process.
+
+    ``opener(name)`` gives a seekable binary file of the video (a ``RangeFile`` over a tar
+    member, a local file). Safe to share between threads (one lock); after a fork the child starts
+    with an empty cache, since a container's state cannot be shared between processes.
+    """
+
+    def __init__(self, opener: Callable[[str], IO[bytes]], max_open: int = OPEN_VIDEOS) -> None:
+        self.opener = opener
+        self.max_open = max_open
+        self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        # RGB converters kept per kind of video (codec, size, pixel format): a frame's own
+        # to_ndarray(format=...) builds a scaler per call (about 1 ms at 224x224, more than
+        # decoding the frame); a kept one reuses its scaler while its input stays alike
+        self._reformatters: dict[tuple[Any, ...], Any] = {}
+
+    def _video(self, name: str) -> _OpenVideo:
+        if self._pid != os.getpid():
+            self._open = OrderedDict()  # inherited through fork: never touch the parent's decoders
+            self._pid = os.getpid()
+            self._reformatters = {}
+        video = self._open.get(name)
+        if video is None:
+            video = _OpenVideo(import_av(), name, self.opener(name), self._reformatters)
+            self._open[name] = video
+            if len(self._open) > self.max_open:
+                self._open.popitem(last=False)[1].close()
+        else:
+            self._open.move_to_end(name)
+        return video
+
+    def frame(self, name: str, timestamp: float) -> np.ndarray:
+        """The frame of ``name`` shown at ``timestamp`` seconds, HWC uint8 RGB."""
+        with self._lock:
+            return self._video(name).frame(timestamp)
+
+    def seeks(self, name: str) -> int:
+        """How often the open video ``name`` was sought (0 if it is not open)."""
+        video = self._open.get(name)
+        return 0 if video is None else video.seeks
+
+    def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
+        """The frames of ``refs`` in order (sort a window by time first for the fewest seeks)."""
+        return [self.frame(r.file, r.timestamp) for r in refs]
+
+    def close(self) -> None:
+        with self._lock:
+            for video in self._open.values():
+                video.close()
+            self._open.clear()
+
+
+#: Where an import keeps its video files: a prepared dataset in this folder of the episode dataset
+#: (hidden, so neither tool's prepare of the episode dataset takes its shards for its own).
+VIDEO_STORE = ".videos"
+
+
+class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
+    """The video files of an episode dataset: a prepared dataset of mp4 members (``IndexedTarStore``)
+    named as in the source (``videos/chunk-000/observation.images.front/episode_000000.mp4``).
+
+    As a mapping it gives, per file name, an opener of a ``RangeFile`` over the member's bytes in
+    its shard (what ``EpisodeStream.video_files`` holds on export); ``decoder`` decodes frames
+    from it. ``names`` are the files the import wrote (``Schema.attrs["video_files"]``).
+    """
+
+    def __init__(self, url: str, names: Sequence[str], storage_options: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.names = list(names)
+        self.storage_options = storage_options
+        self._store: Any = None
+        self._decoder: FrameDecoder | None = None
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from ..filestores import IndexedTarStore
+
+            self._store = IndexedTarStore(self.url, storage_options=self.storage_options)
+        return self._store
+
+    def open(self, name: str) -> IO[bytes]:
+        """A seekable file over the member ``name``; ``SampleNotFoundError`` if there is none."""
+        path, rng = self.store.locate(name)
+        return RangeFile(self.store.storage, path, rng.offset, rng.size)
+
+    @property
+    def decoder(self) -> FrameDecoder:
+        if self._decoder is None:
+            self._decoder = FrameDecoder(self.open)
+        return self._decoder
+
+    def __getitem__(self, name: str) -> Callable[[], IO[bytes]]:
+        if name not in self.names:
+            raise KeyError(name)
+        return lambda: self.open(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # open stores and decoders stay in their process; a worker opens its own
+        return {"url": self.url, "names": self.names, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state["names"], state["storage_options"])  # type: ignore[misc]

@@ -1,0 +1,80 @@
+"""LeRobot through S3: an imported dataset read from a bucket (frames decoded from range GETs of the
+video store's tar members), a LeRobot source imported from a bucket, and an export from a bucket."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("av")
+pytest.importorskip("pyarrow")
+
+import shardstore  # noqa: E402
+from shardstore.convert.lerobot import check, export_lerobot, import_lerobot  # noqa: E402
+from shardstore.storage import FsspecStorage  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from make_lerobot import make_lerobot  # noqa: E402
+
+pytestmark = pytest.mark.s3
+CAMS = ("observation.images.front", "observation.images.wrist")
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    return Path(make_lerobot(str(tmp_path / "src"), version="v3.0", episodes=3, frames=[8, 6, 8]))
+
+
+def test_frames_read_from_s3_by_range(
+    source: Path,
+    tmp_path: Path,
+    s3_url: Callable[[str], str],
+    upload: Callable[[Any, str], str],
+    storage_options: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    local = tmp_path / "ds"
+    import_lerobot(str(source), str(local))
+    url = upload(local, s3_url("ds"))
+    remote = shardstore.episodes(url, storage_options=storage_options)
+    here = shardstore.episodes(str(local))
+    reads: list[tuple[str, int, int]] = []
+    real = FsspecStorage.read_at
+
+    def counted(self: FsspecStorage, path: str, offset: int, size: int) -> bytes:
+        reads.append((path, offset, size))
+        return real(self, path, offset, size)
+
+    monkeypatch.setattr(FsspecStorage, "read_at", counted)
+    for e, t in [(0, 0), (2, 7), (1, 3), (1, 4), (0, 5)]:
+        a, b = remote.step(e, t), here.step(e, t)
+        for cam in CAMS:
+            np.testing.assert_array_equal(a[cam], b[cam])
+        np.testing.assert_array_equal(a["action"], b["action"])
+    w = remote.window(2, 2, 2, 3)
+    np.testing.assert_array_equal(w[CAMS[1]], here.window(2, 2, 2, 3)[CAMS[1]])
+    video_reads = [r for r in reads if r[0].startswith("videos-")]
+    assert video_reads  # frames came from range reads of the video store's shard
+    shard_size = (local / ".videos/videos-000000.tar").stat().st_size
+    assert all(size < shard_size for _, _, size in video_reads)  # never the whole shard
+
+
+def test_import_and_export_with_s3_on_either_side(
+    source: Path,
+    tmp_path: Path,
+    s3_url: Callable[[str], str],
+    upload: Callable[[Any, str], str],
+    storage_options: dict[str, Any],
+) -> None:
+    src_url = upload(source, s3_url("src"))
+    report = check(src_url, storage_options=storage_options)
+    assert report.ok and report.version == "v3.0" and report.videos == 4
+    import_lerobot(src_url, str(tmp_path / "ds"), storage_options=storage_options)
+    ds_url = upload(tmp_path / "ds", s3_url("ds"))
+    out = export_lerobot(ds_url, str(tmp_path / "v21"), version="2.1", storage_options=storage_options)
+    assert out.frames == 22 and not out.reencoded and check(str(tmp_path / "v21")).ok
