@@ -203,21 +203,22 @@ def console_commands(block: Block) -> list[tuple[str, str]]:
 
 
 CHILD = r"""
-import contextlib, io, json, os, sys, traceback
-results = os.fdopen(int(sys.argv[1]), "w")
-ns = {"__name__": "__main__"}
-for request in sys.stdin:
-    job = json.loads(request)
-    out = io.StringIO()
-    error = None
+import contextlib as _contextlib, io as _io, json as _json, os as _os, sys as _sys, traceback as _traceback
+import __main__
+_results = _os.fdopen(int(_sys.argv[1]), "w")
+_ns = __main__.__dict__  # the real __main__: classes a page defines pickle as they would in a script
+for _request in _sys.stdin:
+    _job = _json.loads(_request)
+    _out = _io.StringIO()
+    _error = None
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            exec(compile(job["code"], job["file"], "exec"), ns)
+        with _contextlib.redirect_stdout(_out), _contextlib.redirect_stderr(_out):
+            exec(compile(_job["code"], _job["file"], "exec"), _ns)
     except BaseException:
-        error = traceback.format_exc()
-    sys.stdout.flush()
-    results.write(json.dumps({"out": out.getvalue(), "error": error}) + "\n")
-    results.flush()
+        _error = _traceback.format_exc()
+    _sys.stdout.flush()
+    _results.write(_json.dumps({"out": _out.getvalue(), "error": _error}) + "\n")
+    _results.flush()
 """
 
 
