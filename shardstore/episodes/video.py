@@ -26,7 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
@@ -294,7 +294,7 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
     def open(self, name: str) -> IO[bytes]:
         """A seekable file over the member ``name``; ``SampleNotFoundError`` if there is none."""
         path, rng = self.store.locate(name)
-        return RangeFile(self.store.storage, path, rng.offset, rng.size)
+        return cast(IO[bytes], RangeFile(self.store.storage, path, rng.offset, rng.size))
 
     @property
     def decoder(self) -> FrameDecoder:

@@ -236,7 +236,7 @@ class Episodes:
                 if t < len(values):  # [t, ...]: a 0-d array keeps its byte order, [t] a scalar would not
                     out[f.name] = values[t, ...] if isinstance(values, np.ndarray) else values[t]
                     if f.kind == "video":
-                        out[f.name] = self._frames([values[t]])[0]
+                        out[f.name] = self._frames([values[t]])[0]  # type: ignore[list-item]
         last = t == rows - 1
         out["is_first"] = np.bool_(t == 0)
         out["is_last"] = np.bool_(last)
