@@ -33,7 +33,16 @@ import numpy as np
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
 
-__all__ = ["VideoRef", "RangeFile", "FrameDecoder", "VideoStore", "VIDEO_STORE", "import_av"]
+__all__ = [
+    "VideoRef",
+    "RangeFile",
+    "FrameDecoder",
+    "VideoStore",
+    "VIDEO_STORE",
+    "import_av",
+    "refs_to_bytes",
+    "refs_from_bytes",
+]
 
 #: Bytes fetched per read of a ``RangeFile`` (a range GET on S3): an mp4's boxes are read in small
 #: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
@@ -76,6 +85,24 @@ class VideoRef:
             return cls(str(obj["file"]), float(obj["timestamp"]), int(obj["frame"]))
         except (ValueError, KeyError, TypeError) as e:
             raise DecodeError(f"not a video frame reference: {e}") from e
+
+
+def refs_to_bytes(refs: Sequence[VideoRef]) -> bytes:
+    """Many references as one compact JSON document (an episode sample's ``<field>.json``): each
+    file named once, then ``[file number, timestamp, frame]`` per row."""
+    files: dict[str, int] = {}
+    rows = [[files.setdefault(r.file, len(files)), r.timestamp, r.frame] for r in refs]
+    return json.dumps({"files": list(files), "rows": rows}, separators=(",", ":")).encode()
+
+
+def refs_from_bytes(data: bytes) -> list[VideoRef]:
+    """The inverse of ``refs_to_bytes``."""
+    try:
+        obj = json.loads(data)
+        files = [str(f) for f in obj["files"]]
+        return [VideoRef(files[int(i)], float(t), int(n)) for i, t, n in obj["rows"]]
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise DecodeError(f"not a list of video frame references: {e}") from e
 
 
 class RangeFile(io.RawIOBase):

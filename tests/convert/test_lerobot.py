@@ -135,6 +135,26 @@ def test_window_spans_video_and_vector_fields(sources: dict[str, Path], imported
             np.testing.assert_array_equal(w[cam][i], source_frame(sources["v3.0"], "v3.0", 1, cam, t))
 
 
+def test_episode_granularity_reads_the_same(
+    sources: dict[str, Path], imported: dict[str, Path], tmp_path: Path
+) -> None:
+    """One sample per episode (stacked arrays, the frame references as one part): same values, and
+    the same export."""
+    report = import_lerobot(str(sources["v3.0"]), str(tmp_path / "ds"), granularity="episode")
+    assert report.steps == 43 and report.bytes < 0.2 * sum(
+        p.stat().st_size for p in imported["v3.0"].glob("*.tar")
+    )
+    a, b = shardstore.episodes(str(tmp_path / "ds")), shardstore.episodes(str(imported["v3.0"]))
+    for e, t in [(0, 0), (1, 8), (3, 9)]:
+        x, y = a.step(e, t), b.step(e, t)
+        assert x.keys() == y.keys()
+        for k in x:
+            assert np.array_equal(x[k], y[k]) if isinstance(x[k], np.ndarray) else x[k] == y[k], k
+    np.testing.assert_array_equal(a.window(2, 1, 2, 2)[CAMS[0]], b.window(2, 1, 2, 2)[CAMS[0]])
+    out = export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v30"))
+    assert out.metadata == "source" and check(str(tmp_path / "v30")).ok
+
+
 def test_consecutive_frames_do_not_seek_again(imported: dict[str, Path]) -> None:
     view = shardstore.episodes(str(imported["v2.1"]))
     for t in range(12):
@@ -382,33 +402,40 @@ def test_cli_check_import_export(sources: dict[str, Path], tmp_path: Path) -> No
     ok = subprocess.run(
         [*EXE, "check", "lerobot", str(sources["v3.0"]), "--json"], capture_output=True, env=env
     )
-    assert ok.returncode == 0 and json.loads(ok.stdout)["version"] == "v3.0"
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["version"] == "v3.0"
     src = _broken(sources, tmp_path)
     (src / "videos/chunk-001/observation.images.front/episode_000003.mp4").unlink()
     bad = subprocess.run([*EXE, "check", "lerobot", str(src)], capture_output=True, text=True, env=env)
-    assert bad.returncode == 1 and "missing video file" in bad.stdout
+    assert bad.returncode == 1, bad.stderr
+    assert "missing video file" in bad.stdout
     imp = subprocess.run(
         [*EXE, "import", "lerobot", str(src), str(tmp_path / "ds")], capture_output=True, text=True, env=env
     )
-    assert imp.returncode == 1 and imp.stderr.count("\n") == 1 and "episode 3" in imp.stderr
+    assert imp.returncode == 1, imp.stderr
+    assert imp.stderr.startswith("shardstore: error: ") and imp.stderr.count("\n") == 1, imp.stderr
+    assert "episode 3" in imp.stderr
     assert not (tmp_path / "ds").exists()
     out = subprocess.run(
         [*EXE, "import", "lerobot", str(sources["v2.1"]), str(tmp_path / "ds2"), "--json"],
         capture_output=True,
         env=env,
     )
-    assert out.returncode == 0 and json.loads(out.stdout)["steps"] == 43
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["steps"] == 43
     exp = subprocess.run(
         [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30"), "--version", "3.0"],
         capture_output=True,
         text=True,
         env=env,
     )
-    assert exp.returncode == 0 and "LeRobot v3.0" in exp.stdout
+    assert exp.returncode == 0, exp.stderr
+    assert "LeRobot v3.0" in exp.stdout
     again = subprocess.run(
         [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30")],
         capture_output=True,
         text=True,
         env=env,
     )
-    assert again.returncode == 1 and "already exists" in again.stderr
+    assert again.returncode == 1, again.stderr
+    assert "already exists" in again.stderr
