@@ -26,7 +26,7 @@ pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
 import shardstore  # noqa: E402
-from shardstore.convert.lerobot import check, export_lerobot, import_lerobot  # noqa: E402
+from shardstore.convert.lerobot import check, delta_window, export_lerobot, import_lerobot  # noqa: E402
 from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,6 +153,15 @@ def test_episode_granularity_reads_the_same(
     np.testing.assert_array_equal(a.window(2, 1, 2, 2)[CAMS[0]], b.window(2, 1, 2, 2)[CAMS[0]])
     out = export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v30"))
     assert out.metadata == "source" and check(str(tmp_path / "v30")).ok
+
+
+def test_delta_timestamps_as_lerobot(imported: dict[str, Path]) -> None:
+    view = shardstore.episodes(str(imported["v2.1"]))
+    got = delta_window(view, 1, 1, {CAMS[0]: [-0.2, -0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3]})  # fps 10
+    assert got[CAMS[0]].shape == (3, 32, 32, 3) and got[f"{CAMS[0]}_is_pad"].tolist() == [True, False, False]
+    np.testing.assert_array_equal(got[CAMS[0]][0], view.step(1, 0)[CAMS[0]])  # padded with the first frame
+    np.testing.assert_array_equal(got[CAMS[0]][2], view.step(1, 1)[CAMS[0]])
+    np.testing.assert_array_equal(got["action"], np.stack([view.step(1, t)["action"] for t in (1, 2, 3, 4)]))
 
 
 def test_consecutive_frames_do_not_seek_again(imported: dict[str, Path]) -> None:
