@@ -48,9 +48,10 @@ __all__ = [
 #: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
 BLOCK_SIZE = 256 * 1024
 BLOCKS_KEPT = 8
-#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224): reopening a video
-#: (parsing its index, starting a decoder) costs as much as decoding a frame or two.
-OPEN_VIDEOS = 64
+#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224;
+#: ``SHARDSTORE_VIDEO_OPEN``): reopening a video (parsing its index, starting a decoder, whose first
+#: frames come out of fresh buffers, slow to touch) costs more than decoding a frame or two.
+OPEN_VIDEOS = int(os.environ.get("SHARDSTORE_VIDEO_OPEN", "64"))
 #: Decoded frames a ``FrameDecoder`` keeps per open video (a window asked twice decodes once).
 FRAMES_KEPT = 32
 

@@ -57,6 +57,7 @@ from PIL import Image  # noqa: E402
 
 import shardstore  # noqa: E402
 from shardstore.convert.lerobot import import_lerobot  # noqa: E402
+from shardstore.episodes import video  # noqa: E402
 
 CAMS = {"observation.images.front": "av1", "observation.images.wrist": "h264"}
 SEED = 20240601
@@ -193,6 +194,9 @@ def main() -> None:
         "--data", default=None, help="folder for the source and imports (kept; reused if present)"
     )
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--reuse-imports", action="store_true", help="keep imports already in --data (no import figures)"
+    )
     a = ap.parse_args()
 
     work = Path(a.data) if a.data else Path(tempfile.mkdtemp(prefix="bench-lerobot-"))
@@ -230,6 +234,8 @@ def main() -> None:
         ("jpg", "jpg", "step"),
     ):
         out = work / f"ds-{mode}"
+        if a.reuse_imports and (out / ".nv-meta").is_dir():
+            continue
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
         import_lerobot(str(src), str(out), frames=frames, granularity=granularity)
@@ -241,6 +247,7 @@ def main() -> None:
             "size_mb": du(out) / 1e6,
         }
     results["import"] = {**imports, "cp": {"seconds": cp_s, "mb_per_s": results["source_mb"] / cp_s}}
+    results["open_videos"] = video.OPEN_VIDEOS
 
     peer = Peer(src, a.fps)
     view = shardstore.episodes(str(work / "ds-video"))
@@ -281,7 +288,7 @@ def main() -> None:
 def report(r: dict[str, Any]) -> None:
     print(
         f"\nLeRobot v2.1, {r['episodes']} episodes x {r['frames']} frames, {r['size']}x{r['size']} AV1 + H.264, "
-        f"GOP {r['gop']}; source {r['source_mb']:.1f} MB"
+        f"GOP {r['gop']}; source {r['source_mb']:.1f} MB; {r['open_videos']} open videos kept per reader"
     )
     for fig in ("random_frame", "window16"):
         peer = r[fig]["peer"]["per_s"]
@@ -293,6 +300,8 @@ def report(r: dict[str, Any]) -> None:
     imp = r["import"]
     print("import:")
     for name in ("video", "video-episode", "jpg"):
+        if name not in imp:
+            continue
         v = imp[name]
         print(
             f"  {name:<13} {v['seconds']:7.1f} s  {v['frames_per_s']:8.0f} frames/s  {v['mb_per_s']:7.1f} MB/s  "
