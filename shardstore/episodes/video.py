@@ -207,24 +207,35 @@ class _OpenVideo:
         ahead = self.position is not None and self.position < target <= self.position + max(
             self.gop, self.frame_pts
         )
-        if not ahead:
-            self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
-            self.seeks += 1
-            self.decoder = self.container.decode(self.stream)
-            self.position = None
-        for frame in self.decoder:
-            pts = frame.pts if frame.pts is not None else 0
-            self._learn(pts, frame.key_frame)
-            self.position = pts
-            if pts + half < target:
-                continue
-            if abs(pts - target) > half:
-                break  # overshot: no frame at this time
-            arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
-            self.frames[pts] = arr
-            if len(self.frames) > FRAMES_KEPT:
-                self.frames.popitem(last=False)
-            return arr
+        # A seek lands on the keyframe whose *decode* time is at or before the target; with B-frames
+        # and open GOPs (HEVC) that keyframe may be shown after the target, its leading frames
+        # dropped: then seek again from further back, down to the start of the file.
+        back = 0
+        for attempt in range(8):
+            if not ahead or attempt:
+                start = 0 if attempt == 7 else max(0, target - half - back)
+                self.container.seek(start, stream=self.stream, backward=True, any_frame=False)
+                self.seeks += 1
+                self.decoder = self.container.decode(self.stream)
+                self.position = None
+            first = True
+            for frame in self.decoder:
+                pts = frame.pts if frame.pts is not None else 0
+                self._learn(pts, frame.key_frame)
+                self.position = pts
+                if pts + half < target:
+                    first = False
+                    continue
+                if abs(pts - target) > half:
+                    break  # past the frame: no frame at this time, or landed after it
+                arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
+                self.frames[pts] = arr
+                if len(self.frames) > FRAMES_KEPT:
+                    self.frames.popitem(last=False)
+                return arr
+            if not first or self.position is None:
+                break  # decoded through the time without meeting a frame there (or the file ended)
+            back = max(2 * back, self.gop, 4 * self.frame_pts)
         self.position = None
         raise DecodeError(f"no frame at {timestamp:.6f} s (the video ends or skips it)", path=self.name)
 

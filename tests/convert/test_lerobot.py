@@ -316,6 +316,27 @@ def test_export_reencodes_where_episodes_start_off_keyframes(tmp_path: Path) -> 
     )  # lossy, close
 
 
+def test_hevc_camera(tmp_path: Path) -> None:
+    """HEVC (x265: B-frames, open GOPs) reads frame-accurately and exports to the other version."""
+    cam = "observation.images.top"
+    src = Path(
+        make_lerobot(str(tmp_path / "src"), version="v3.0", episodes=2, frames=8, cameras={cam: "hevc"})
+    )
+    report = check(str(src))
+    assert (
+        report.ok
+        and [p.message for p in report.problems] == ["codec 'hevc'; the v2.1 document names H.264 (avc1)"] * 1
+    )
+    import_lerobot(str(src), str(tmp_path / "ds"))
+    view = shardstore.episodes(str(tmp_path / "ds"))
+    file = pyav_frames(src / f"videos/{cam}/chunk-000/file-000.mp4")
+    for e, t in [(1, 7), (0, 3), (1, 0), (0, 0)]:
+        np.testing.assert_array_equal(view.step(e, t)[cam], file[e * 8 + t])
+    out = export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v21"), version="2.1")
+    assert check(str(tmp_path / "v21")).ok and out.frames == 16
+    assert len(pyav_frames(tmp_path / f"v21/videos/chunk-000/{cam}/episode_000001.mp4")) == 8
+
+
 # ----- --frames ------------------------------------------------------------------------------------
 def test_frames_npy_and_jpg(sources: dict[str, Path], tmp_path: Path) -> None:
     src = sources["v2.1"]
