@@ -144,6 +144,7 @@ def test_episode_split_is_kept_and_one_shard_per_episode(tmp_path: Path) -> None
     ]
     view = shardstore.open(str(out), split="validation").episodes
     assert [view[e].index for e in range(len(view))] == [1, 3, 5] and view[0].split == "validation"
+    assert view.position(5) == 2 and view.number(2) == 5
 
 
 def test_source_files_and_schema_kept_through_a_re_prepare(written: tuple[Path, list[Episode]]) -> None:
@@ -274,3 +275,65 @@ def test_torch_steps_and_windows_with_two_workers(written: tuple[Path, list[Epis
             assert batch["actions"][i].numpy().tobytes() == eps[number].steps["actions"][idx].tobytes()
             seen.append((number, t))
     assert len(seen) == total and len(set(seen)) == total
+
+
+def test_tar_writer_writes_what_tarfile_writes(tmp_path: Path) -> None:
+    import tarfile
+
+    from shardstore.episodes.tarwriter import TarWriter
+
+    def ours(members: list[tuple[str, bytes]], path: Path) -> bytes:
+        w = TarWriter(open(path, "wb"), mtime=1_700_000_000)
+        for name, data in members:
+            w.write(name, data)
+        w.close()
+        return path.read_bytes()
+
+    def theirs(members: list[tuple[str, bytes]], path: Path) -> bytes:
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 1_700_000_000, 0o444, "bigdata", "bigdata"
+                tar.addfile(info, io.BytesIO(data))
+        return path.read_bytes()
+
+    plain = [("e00000000_s000000.actions.npy", b"x" * 700), ("e00000000_s000000.is_first.npy", b""),
+             ("e00000000_s000000.lang.txt", "é".encode())]
+    assert ours(plain, tmp_path / "a.tar") == theirs(plain, tmp_path / "b.tar")  # byte for byte
+    long = [*plain, ("e00000001_s000000." + "long" * 30 + ".txt", b"gnu long name")]
+    ours(long, tmp_path / "c.tar")
+    with tarfile.open(tmp_path / "c.tar") as tar:
+        assert [(m.name, tar.extractfile(m).read()) for m in tar] == long  # type: ignore[union-attr]
+
+
+def test_uniform_steps_take_the_fast_path_and_a_tampered_step_is_caught(tmp_path: Path) -> None:
+    """Fixed-size steps are cut as a byte matrix; a step whose .npy header differs (same size) is
+    not misread: the parser path decodes each step and refuses rows that disagree."""
+    from shardstore.errors import DecodeError
+
+    rng = np.random.default_rng(5)
+    eps = [Episode(i, {"obs": rng.random((9, 3), dtype=np.float32), "act": rng.integers(0, 9, (8, 2)).astype(np.int16)})
+           for i in range(3)]
+    out = tmp_path / "ds"
+    with EpisodeWriter(out) as w:
+        for ep in eps:
+            w.write(ep)
+    view = shardstore.episodes(str(out))
+    calls = []
+    original = view._uniform_rows
+    view._uniform_rows = lambda *a: calls.append(1) or original(*a)  # type: ignore[method-assign]
+    for e in range(3):
+        assert_same(view[e], eps[e])
+        assert view.window(e, 4, before=2, after=2)["act"].tobytes() == eps[e].steps["act"][2:7].tobytes()
+    assert len(calls) == 6
+    shard = out / "train-000000.tar"
+    data = bytearray(shard.read_bytes())
+    at = data.index(b"e00000001_s000003.act.npy")
+    descr = data.index(b"'<i2'", at)
+    data[descr : descr + 5] = b"'<u2'"
+    shard.write_bytes(bytes(data))
+    view = shardstore.episodes(str(out))
+    assert_same(view[0], eps[0])
+    with pytest.raises(DecodeError, match="rows disagree"):
+        view[1]
+    assert view.step(1, 3)["act"].dtype == np.uint16

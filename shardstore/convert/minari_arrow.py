@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, FieldSpec, Schema
+from ..episodes.model import Episode, FieldSpec, Rows, Schema
 from ..errors import EpisodeFormatError, MissingExtraError
 from . import minari_spaces as spaces
 
@@ -85,14 +85,14 @@ def _columns(table: Any, layout_spaces: Mapping[str, Any]) -> Iterator[tuple[tup
 
 def _kind(path: tuple[str, ...], array: Any, field: Any, layout_spaces: Mapping[str, Any], where: str) -> FieldSpec:
     pa, _, _ = pyarrow_modules()
-    rows = "steps+1" if path[0] in _PLUS_ONE else "steps"
+    rows: Rows = "steps+1" if path[0] in _PLUS_ONE else "steps"
     name = ".".join(path)
     space = spaces.space_at(layout_spaces, path)
     t = field.type
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        if not spaces.is_image(space):
+        if space is None or not spaces.is_image(space):
             raise EpisodeFormatError("a binary column that is not a JPEG-encoded image space", member=where)
-        return FieldSpec(name, "media", "|u1", tuple(space["shape"]), path, "jpeg", rows)  # type: ignore[index]
+        return FieldSpec(name, "media", "|u1", tuple(space["shape"]), path, "jpeg", rows)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return FieldSpec(name, "text", path=path, rows=rows)
     if pa.types.is_fixed_size_list(t):
@@ -217,7 +217,7 @@ def _encode(node: Any, path: tuple[str, ...], episode: Episode, layout_spaces: M
     spec: FieldSpec = node
     values = episode.steps[spec.name]
     if spec.kind == "media":
-        return pa.array([bytes(v) for v in values] + [None] * pad, type=pa.binary()), None
+        return pa.array([bytes(v) for v in values] + [None] * pad, type=pa.binary()), None  # type: ignore[arg-type]
     if spec.kind == "text":
         return pa.array(list(values) + [None] * pad, type=pa.string()), None
     arr = np.asarray(values)

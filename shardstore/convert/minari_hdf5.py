@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, FieldSpec, Schema
+from ..episodes.model import Episode, FieldSpec, Rows, Schema
 from ..errors import EpisodeFormatError, MissingExtraError, PathEscapeError
 from . import minari_spaces as spaces
 
@@ -119,7 +119,7 @@ def empty_groups(group: Any, prefix: tuple[str, ...] = ()) -> list[list[str]]:
     """Paths of the groups holding nothing (CartPole's ``infos`` when infos were not recorded):
     not fields, but Minari reads an empty group as ``{}`` and a missing one as None."""
     h5py = h5py_module()
-    out = []
+    out: list[list[str]] = []
     for name, obj in group.items():
         if isinstance(obj, h5py.Group):
             out += [[*prefix, name]] if len(obj) == 0 else empty_groups(obj, (*prefix, name))
@@ -154,7 +154,7 @@ def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> lis
             space = spaces.space_at(layout_spaces, leaf)
             if h5py.check_string_dtype(ds.dtype) is not None:
                 fields.append(FieldSpec(".".join(leaf), "text", path=leaf, rows=rows))
-            elif jpeg and spaces.is_image(space) and tuple(ds.shape[1:]) != tuple(space["shape"]):
+            elif jpeg and space is not None and spaces.is_image(space) and tuple(ds.shape[1:]) != tuple(space["shape"]):
                 shape = tuple(int(x) for x in space["shape"])
                 fields.append(FieldSpec(".".join(leaf), "media", "|u1", shape, leaf, "jpeg", rows))
             elif h5py.check_vlen_dtype(ds.dtype) is not None or ds.dtype.hasobject:
@@ -164,7 +164,7 @@ def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> lis
         return fields
 
 
-def _rows(ds: Any, n: int, path: Path, where: str) -> str:
+def _rows(ds: Any, n: int, path: Path, where: str) -> Rows:
     if ds.ndim == 0:
         raise EpisodeFormatError("a scalar dataset where a row per step is expected", path=str(path), member=where)
     if ds.shape[0] == n:

@@ -87,6 +87,8 @@ def _leaf(spec: FieldSpec) -> dict[str, Any]:
         return {"type": "Box", "dtype": "uint8", "shape": shape, "low": np.zeros(shape, int).tolist(),
                 "high": np.full(shape, 255).tolist()}
     dtype = np.dtype(spec.dtype)
+    lo: float
+    hi: float
     if dtype.kind in "iu":
         lo, hi = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
     elif dtype.kind == "b":

@@ -187,6 +187,3 @@ class EpisodeIndexReader:
     def source_files(self) -> dict[str, int]:
         """Relative path -> size of the source files kept under ``.nv-meta/source/``."""
         return dict(self.db.execute("SELECT relpath, size FROM source_files ORDER BY relpath").fetchall())
-
-    def count(self) -> int:
-        return int(self.db.execute("SELECT count(*) FROM episodes").fetchone()[0])

@@ -24,6 +24,7 @@ import re
 
 import numpy as np
 
+from ..errors import EpisodeFormatError
 from .model import FLAG_FIELDS, FieldSpec
 from .npy import encode_row
 
@@ -37,7 +38,6 @@ __all__ = [
     "FLAG_PARTS",
     "TRUE_NPY",
     "FALSE_NPY",
-    "KEY_RE",
 ]
 
 GRANULARITIES = ("step", "episode")
@@ -48,8 +48,6 @@ _ENCODING_RE = re.compile(r"^[a-z0-9]+$")
 FLAG_PARTS = tuple(f"{name}.npy" for name in FLAG_FIELDS)
 TRUE_NPY = encode_row(np.array(True))
 FALSE_NPY = encode_row(np.array(False))
-#: A store key: episode number, and the step for step granularity.
-KEY_RE = re.compile(r"^e(\d{8})(?:_s(\d{6}))?$")
 
 
 def step_key(episode: int, step: int) -> str:
@@ -68,7 +66,7 @@ def extension(spec: FieldSpec) -> str:
     if spec.kind == "media":
         enc = spec.encoding.lower()
         if not _ENCODING_RE.match(enc):
-            raise ValueError(f"field {spec.name!r}: media encoding {spec.encoding!r} is not a file extension")
+            raise EpisodeFormatError(f"media encoding {spec.encoding!r} is not a file extension", member=f"field {spec.name!r}")
         return _EXTENSIONS.get(enc, enc)
     return "txt" if spec.kind == "text" else "npy"
 

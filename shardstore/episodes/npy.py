@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DecodeError, EpisodeFormatError
 
-__all__ = ["npy_header", "encode_row", "decode", "decode_rows"]
+__all__ = ["npy_header", "encode_row", "decode", "decode_rows", "parse_header"]
 
 _MAGIC = b"\x93NUMPY"
 #: header bytes -> (dtype, shape, data offset); bounded: a dataset has few distinct headers.
@@ -51,7 +51,8 @@ def encode_row(row: np.ndarray) -> bytes:
     return npy_header(row.dtype, row.shape) + row.tobytes()
 
 
-def _parse_header(data: bytes | memoryview, where: str) -> tuple[bytes, tuple[np.dtype, tuple[int, ...], int]]:
+def parse_header(data: bytes | memoryview, where: str) -> tuple[bytes, tuple[np.dtype, tuple[int, ...], int]]:
+    """``(header bytes, (dtype, shape, data offset))`` of a ``.npy`` part; refuses object dtypes."""
     if bytes(data[:6]) != _MAGIC or len(data) < 10:
         raise DecodeError("not a .npy part (bad magic)", member=where)
     major = data[6]
@@ -84,7 +85,7 @@ def _parse_header(data: bytes | memoryview, where: str) -> tuple[bytes, tuple[np
 
 def decode(data: bytes | memoryview, where: str = "") -> np.ndarray:
     """The array in ``.npy`` bytes (a writable copy); raises ``DecodeError`` naming ``where``."""
-    _, (dtype, shape, start) = _parse_header(data, where)
+    _, (dtype, shape, start) = parse_header(data, where)
     count = int(np.prod(shape, dtype=np.int64))
     if len(data) - start != count * dtype.itemsize:
         raise DecodeError(f".npy data is {len(data) - start} bytes, its header says {count * dtype.itemsize}", member=where)
@@ -96,10 +97,13 @@ def decode_rows(parts: list[Any], where: str = "") -> np.ndarray:
     every part has the same header (the store writes them so), else ``np.stack`` of each."""
     if not parts:
         raise DecodeError("no rows to stack", member=where)
-    header, (dtype, shape, start) = _parse_header(parts[0], where)
+    header, (dtype, shape, start) = parse_header(parts[0], where)
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     hl = len(header)
     if all(len(p) == start + size and p[:hl] == header for p in parts):
         joined = bytearray().join(memoryview(p)[start:] for p in parts)  # writable, one copy
         return np.frombuffer(joined, dtype=dtype).reshape((len(parts), *shape))
-    return np.stack([decode(p, where) for p in parts])
+    rows = [decode(p, where) for p in parts]
+    if any(r.dtype != dtype or r.shape != shape for r in rows):
+        raise DecodeError(f"rows disagree in dtype or shape (the first is {dtype.str} {shape})", member=where)
+    return np.stack(rows)

@@ -25,16 +25,20 @@ from .. import nvmeta
 from ..dataset import Dataset, ShardRef
 from ..dataset import open as open_dataset
 from ..errors import DatasetNotPreparedError, SampleNotFoundError, StorageError
-from ..tarscan import fill_plain_sample
+from ..keys import split_name
+from ..tarscan import fill_plain_sample, plain_members
 from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
-from .npy import decode, decode_rows
+from .npy import decode, decode_rows, parse_header
 from .video import VideoRef, VideoStore, refs_from_bytes
 
 __all__ = ["Episodes", "episodes"]
 
 _META = nvmeta.META_DIR
+#: Header bytes of a step key ``e{8 digits}_s{6 digits}``: the first 11 (``e########_s``) are the
+#: same in every sample of an episode, the next 6 (the step) differ.
+_KEY_FIXED, _KEY_LEN = 11, 17
 
 
 class Episodes:
@@ -139,8 +143,9 @@ class Episodes:
         return e
 
     # ----- reading --------------------------------------------------------------------------------
-    def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
-        """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
+    def _read_range(self, e: int, lo: int, hi: int) -> tuple[ShardRef, int, bytes, list[int]]:
+        """(shard, offset, bytes, sample bounds relative to them) of samples ``lo .. hi - 1`` of
+        episode position ``e``: one read, located through the shard's ``.tar.idx``."""
         ds = self.dataset
         shard = ds.shards[self._shard[e]]
         offs = ds._offsets.get(shard.tar_file_id)
@@ -151,10 +156,16 @@ class Episodes:
         first = int(self._first[e])
         bounds = offs[first + lo : first + hi + 1].tolist()
         base = bounds[0]
-        data = ds.storage.read_at(shard.name, base, bounds[-1] - base)
-        return [self._cut(shard, base, data, bounds[i] - base, bounds[i + 1] - base) for i in range(hi - lo)]
+        return shard, base, ds.storage.read_at(shard.name, base, bounds[-1] - base), [b - base for b in bounds]
+
+    def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
+        """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
+        shard, base, data, bounds = self._read_range(e, lo, hi)
+        return [self._cut(shard, base, data, bounds[i], bounds[i + 1]) for i in range(hi - lo)]
 
     def _cut(self, shard: ShardRef, base: int, data: bytes, lo: int, hi: int) -> dict[str, bytes]:
+        """The parts of the one sample in ``data[lo:hi]`` (read from ``base`` of ``shard``): the
+        compiled walk, else the parser."""
         parts: dict[str, Any] = {}
         if fill_plain_sample(parts, data, lo, hi) is None:
             parts = {}
@@ -167,13 +178,69 @@ class Episodes:
         e = self._e(e)
         n = int(self._steps[e])
         if self.granularity == "step":
-            samples = self._read_samples(e, 0, int(self._samples[e]))
-            steps = {f.name: self._stack(f, samples[: _rows(f, n)]) for f in self.schema.fields}
+            steps = self._read_rows(e, 0, int(self._samples[e]))
         else:
             sample = self._read_samples(e, 0, 1)[0]
             steps = {f.name: self._episode_field(f, sample, _rows(f, n)) for f in self.schema.fields}
         row = self.index.row(int(self._number[e]))
         return Episode(row.number, steps, row.metadata, row.terminal, self.split(e), row.source)
+
+    def _read_rows(self, e: int, lo: int, hi: int) -> dict[str, Any]:
+        """Every field's rows of samples ``lo .. hi - 1`` of episode position ``e`` (step
+        granularity), from one read: arrays stacked, media and text as lists. A final
+        ``steps+1`` sample in the range adds its row to those fields only."""
+        n = int(self._steps[e])
+        full = min(hi, n) - lo  # samples holding every field
+        shard, base, data, bounds = self._read_range(e, lo, hi)
+        sizes = np.diff(bounds[: full + 1])
+        out = None
+        if full >= 2 and (sizes == sizes[0]).all():
+            out = self._uniform_rows(data, full, int(sizes[0]))
+        if out is None:
+            samples = [self._cut(shard, base, data, bounds[i], bounds[i + 1]) for i in range(full)]
+            out = {f.name: self._stack(f, samples) for f in self.schema.fields}
+        if hi > n:  # the final sample: the last row of the steps+1 fields
+            last = self._cut(shard, base, data, bounds[-2], bounds[-1])
+            for f in self.schema.fields:
+                if f.rows == "steps+1":
+                    row = self._stack(f, [last])
+                    out[f.name] = np.concatenate([out[f.name], row]) if isinstance(row, np.ndarray) else out[f.name] + row
+        return out
+
+    def _uniform_rows(self, data: bytes, m: int, size: int) -> dict[str, Any] | None:
+        """``_read_rows``'s fast path for ``m`` samples of equal size (no media or text of varying
+        length): the samples are the rows of a ``(m, size)`` byte matrix, each field a column
+        range, cut and converted by numpy at once instead of parsing ``m`` x parts headers.
+
+        Only taken when every sample's headers equal the first's (but for the step digits of the
+        key and the checksum) and every ``.npy`` header too; None sends the caller to the parser.
+        """
+        members = plain_members(data, 0, size)
+        if members is None:
+            return None
+        rows = np.frombuffer(data, np.uint8, count=m * size).reshape(m, size)
+        out: dict[str, Any] = {}
+        for name, start, length in members:
+            head = rows[:, start - 512 : start - 376]  # name .. size field of the member's header
+            if not ((head[:, :_KEY_FIXED] == head[0, :_KEY_FIXED]).all() and (head[:, _KEY_LEN:] == head[0, _KEY_LEN:]).all()):
+                return None
+            kp = split_name(name)
+            f = self._parts.get(kp[1]) if kp is not None else None
+            if f is None:
+                continue
+            column = rows[:, start : start + length]
+            if f.kind == "array":
+                _, (dtype, shape, hl) = parse_header(column[0].tobytes()[:4096], f.name)
+                if not (column[:, :hl] == column[0, :hl]).all():
+                    return None
+                out[f.name] = np.ascontiguousarray(column[:, hl:]).view(dtype).reshape((m, *shape))
+            elif f.kind == "media":
+                out[f.name] = [column[k].tobytes() for k in range(m)]
+            elif f.kind == "text":
+                out[f.name] = [column[k].tobytes().decode() for k in range(m)]
+            else:  # another kind (video references) is the parser's, through _stack
+                return None
+        return out if len(out) == len(self.schema.fields) else None
 
     def _stack(self, f: FieldSpec, samples: list[dict[str, bytes]]) -> Any:
         name = layout.part_name(f)
@@ -264,9 +331,8 @@ class Episodes:
         lo, hi = int(idx[0]), int(idx[-1]) + 1
         out: dict[str, Any] = {}
         if self.granularity == "step":
-            samples = self._read_samples(e, lo, hi)
-            for f in self.schema.fields:
-                out[f.name] = _take(self._stack(f, samples), idx - lo)
+            for name, values in self._read_rows(e, lo, hi).items():
+                out[name] = _take(values, idx - lo)
         else:
             episode = self[e]
             for f in self.schema.fields:
@@ -283,10 +349,12 @@ class Episodes:
 
     def stream(self) -> EpisodeStream:
         """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),
-        with the kept source files."""
+        in episode-number order (the source's order; positions follow the splits' shards), with
+        the kept source files."""
         files = {rel: self.source_file(rel) for rel in self.source_files()}
+        order = np.argsort(self._number, kind="stable").tolist()
         videos = self.video if self.schema.attrs.get("video_store") else {}
-        return EpisodeStream(self.schema, iter(self), len(self), files, self.total_steps, videos)
+        return EpisodeStream(self.schema, (self[e] for e in order), len(self), files, self.total_steps, videos)
 
     def __repr__(self) -> str:
         return f"Episodes({self.dataset.url!r}, split={self.dataset.split!r}, episodes={len(self)}, granularity={self.granularity!r})"

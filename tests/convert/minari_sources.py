@@ -153,3 +153,23 @@ def legacy_hdf5(path: Path, version: str, episodes: int = 4, seed: int = 0) -> P
             f.attrs["action_space"] = json.dumps(act_space)
             f.attrs["code_permalink"] = "https://example.org"
     return path
+
+
+def h5_tree(path: Path) -> dict[str, Any]:
+    """Every dataset (dtype, shape, bytes) and attribute of an HDF5 file, by path."""
+    out: dict[str, Any] = {}
+    import h5py
+
+    with h5py.File(path) as f:
+        out["/"] = {k: repr(v) for k, v in sorted(f.attrs.items())}
+
+        def visit(name: str, obj: Any) -> None:
+            attrs = {k: repr(v) for k, v in sorted(obj.attrs.items())}
+            if isinstance(obj, h5py.Dataset):
+                data = obj.asstr()[()].tolist() if h5py.check_string_dtype(obj.dtype) else obj[()]
+                out[name] = (str(obj.dtype), obj.shape, data if isinstance(data, list) else data.tobytes(), attrs)
+            else:
+                out[name] = attrs
+
+        f.visititems(visit)
+    return out

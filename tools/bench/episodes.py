@@ -1,0 +1,207 @@
+"""Episode benchmark: a Minari dataset imported into shardstore, read at random against h5py and
+minari on the source, in one run (DESIGN.md section 9: step >= 5x h5py, 16-step window >= 3x h5py
+slices, episode >= 2x minari).
+
+The source is written by minari itself (tools/make_minari.py, HDF5): ``--episodes`` x
+``--steps`` (default 1,000 x 200) with a Dict observation of an image-like uint8 array
+(``--image``, default 16x16x3, kept raw: minari JPEG-encodes only images of 32x32 and more) and a
+float32 vector, a float32 action. Then, warm page cache, one thread, fixed seed:
+
+- import: ``shardstore import minari`` (read, write the shards, prepare) in steps/s;
+- random step: ``view.step(e, t)`` (every field decoded to numpy) vs h5py reading the same fields
+  of the same steps from the source file, kept open;
+- random 16-step window: ``view.window(e, t, after=15)`` vs h5py slices ``[t:t+16]`` of each field;
+- random episode: ``view[e]`` (all fields stacked, metadata) vs minari's own
+  ``dataset.sample_episodes(n)`` (batches of 32) and ``dataset[e]``; also ``view[e]`` of a second
+  import with ``granularity="episode"`` (one sample per episode).
+
+Each reader is checked to return the same arrays as h5py on a prefix before timing. Loops run
+``--repeat`` times interleaved; the best run is kept in wall-clock and CPU time.
+
+Example: /work/main/.venv/bin/python tools/bench/episodes.py --episodes 100 --steps 50 --samples 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+
+SEED = 20240601
+FIELDS = ["observations/image", "observations/vector", "actions", "rewards", "terminations", "truncations"]
+TARGETS = {"step": 5.0, "window": 3.0, "episode": 2.0}
+
+
+def make_source(root: Path, episodes: int, steps: int, image: tuple[int, ...]) -> str:
+    """The Minari dataset of this size under ``root`` (``tools/make_minari.py``; reused when there)."""
+    from make_minari import make_minari
+
+    dataset_id = f"bench/e{episodes}-s{steps}-i{'x'.join(map(str, image))}-v0"
+    make_minari(root, dataset_id, episodes, steps, image)
+    os.environ["MINARI_DATASETS_PATH"] = str(root.resolve())  # for minari.load_dataset and the import by id
+    return dataset_id
+
+
+def best(fn: Callable[[], int], repeat: int) -> dict[str, float]:
+    """Best wall and CPU seconds of ``repeat`` runs of ``fn`` (which returns its item count)."""
+    walls, cpus, items = [], [], 0
+    for _ in range(repeat):
+        c0, w0 = time.process_time(), time.perf_counter()
+        items = fn()
+        walls.append(time.perf_counter() - w0)
+        cpus.append(time.process_time() - c0)
+    return {"items": items, "wall_s": min(walls), "cpu_s": min(cpus), "us_per_item": 1e6 * min(walls) / items}
+
+
+def warm(paths: list[Path]) -> None:
+    for root in paths:
+        for p in sorted(root.rglob("*")) if root.is_dir() else [root]:
+            if p.is_file():
+                with open(p, "rb") as f:
+                    while f.read(1 << 24):
+                        pass
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import h5py
+    import minari
+
+    import shardstore
+    from shardstore.convert.minari import import_minari
+
+    data = Path(args.data)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    t0 = time.perf_counter()
+    dataset_id = make_source(data / "minari", args.episodes, args.steps, tuple(args.image))
+    log(f"source {dataset_id} ready in {time.perf_counter() - t0:.1f} s")
+    src_dir = data / "minari" / dataset_id
+    store = data / "store" / dataset_id.replace("/", "_")
+    shutil.rmtree(store, ignore_errors=True)
+    c0, w0 = time.process_time(), time.perf_counter()
+    report = import_minari(dataset_id, store, force=True)
+    imp = {"steps": report.steps, "wall_s": time.perf_counter() - w0, "cpu_s_parent": time.process_time() - c0,
+           "bytes": report.bytes, "source_bytes": sum(p.stat().st_size for p in src_dir.rglob("*") if p.is_file())}
+    imp["steps_per_s"] = report.steps / imp["wall_s"]
+    log(f"import: {report.steps} steps in {imp['wall_s']:.1f} s = {imp['steps_per_s']:,.0f} steps/s; "
+        f"{report.bytes / 1e6:.0f} MB of shards from {imp['source_bytes'] / 1e6:.0f} MB of HDF5")
+    per_episode = data / "store" / (dataset_id.replace("/", "_") + "-per-episode")
+    shutil.rmtree(per_episode, ignore_errors=True)
+    w0 = time.perf_counter()
+    import_minari(dataset_id, per_episode, force=True, granularity="episode")
+    imp["per_episode_steps_per_s"] = report.steps / (time.perf_counter() - w0)
+    warm([store, per_episode, src_dir])
+
+    view = shardstore.episodes(str(store))
+    view_ep = shardstore.episodes(str(per_episode))
+    mds = minari.load_dataset(dataset_id)
+    f = h5py.File(src_dir / "data" / "main_data.hdf5", "r")
+    names = {"observations/image": "observations.image", "observations/vector": "observations.vector"}
+    rng = np.random.default_rng(SEED)
+    n_ep = len(view)
+    lengths = view.lengths
+    number = [view.number(e) for e in range(n_ep)]
+    pairs = [(int(e), int(rng.integers(0, lengths[e]))) for e in rng.integers(0, n_ep, args.samples)]
+    wins = [(int(e), int(rng.integers(0, max(1, lengths[e] - 15)))) for e in rng.integers(0, n_ep, args.samples)]
+    eps = [int(e) for e in rng.integers(0, n_ep, args.episode_samples)]
+
+    def h5_step(e: int, t: int) -> dict[str, np.ndarray]:
+        g = f[f"episode_{number[e]}"]
+        return {k: g[k][t] for k in FIELDS}
+
+    def h5_window(e: int, t: int) -> dict[str, np.ndarray]:
+        g = f[f"episode_{number[e]}"]
+        return {k: g[k][t : t + 16] for k in FIELDS}
+
+    for e, t in pairs[:200]:  # same arrays before timing
+        ours, theirs = view.step(e, t), h5_step(e, t)
+        for k in FIELDS:
+            assert np.asarray(ours[names.get(k, k)]).tobytes() == np.asarray(theirs[k]).tobytes(), (k, e, t)
+    for e, t in wins[:100]:
+        ours, theirs = view.window(e, t, after=15), h5_window(e, t)
+        for k in FIELDS:
+            assert ours[names.get(k, k)][: len(theirs[k])].tobytes() == theirs[k].tobytes(), (k, e, t)
+    for e in eps[:10]:
+        theirs_ep = mds[number[e]]
+        for ours_ep in (view[e], view_ep[e]):
+            assert ours_ep.steps["observations.image"].tobytes() == theirs_ep.observations["image"].tobytes()
+            assert ours_ep.steps["actions"].tobytes() == theirs_ep.actions.tobytes()
+    log("readers agree")
+
+    def loop(fn: Callable[..., Any], items: list[Any]) -> Callable[[], int]:
+        def go() -> int:
+            for item in items:
+                fn(*item) if isinstance(item, tuple) else fn(item)
+            return len(items)
+
+        return go
+
+    def minari_batches() -> int:
+        mds.set_seed(SEED)
+        for _ in range(len(eps) // 32):
+            mds.sample_episodes(32)
+        return len(eps) // 32 * 32
+
+    loops = {
+        ("step", "shardstore"): loop(view.step, pairs),
+        ("step", "h5py"): loop(h5_step, pairs),
+        ("window", "shardstore"): loop(lambda e, t: view.window(e, t, after=15), wins),
+        ("window", "h5py"): loop(h5_window, wins),
+        ("episode", "shardstore"): loop(view.__getitem__, eps),
+        ("episode", "shardstore_per_episode"): loop(view_ep.__getitem__, eps),
+        ("episode", "minari"): minari_batches,
+        ("episode", "minari_getitem"): loop(lambda e: mds[number[e]], eps),
+    }
+    results: dict[str, dict[str, Any]] = {}
+    for _ in range(args.repeat):  # interleaved: each round runs every loop once
+        for (figure, who), fn in loops.items():
+            r = best(fn, 1)
+            old = results.setdefault(figure, {}).get(who)
+            if old is None or r["wall_s"] < old["wall_s"]:
+                results[figure][who] = r | {"cpu_s": min(r["cpu_s"], old["cpu_s"]) if old else r["cpu_s"]}
+    f.close()
+    summary: dict[str, Any] = {"import": imp, "figures": results, "ratios": {}, "args": vars(args),
+                               "load": os.getloadavg(), "dataset": dataset_id}
+    peers = {"step": "h5py", "window": "h5py", "episode": "minari"}
+    for figure, peer in peers.items():
+        ours, theirs = results[figure]["shardstore"], results[figure][peer]
+        ratio = theirs["us_per_item"] / ours["us_per_item"]
+        cpu_ratio = (theirs["cpu_s"] / theirs["items"]) / (ours["cpu_s"] / ours["items"])
+        summary["ratios"][figure] = {"vs": peer, "wall": ratio, "cpu": cpu_ratio, "target": TARGETS[figure]}
+        log(f"{figure:8} shardstore {ours['us_per_item']:8.1f} us  {peer} {theirs['us_per_item']:8.1f} us  "
+            f"-> {ratio:5.1f}x wall, {cpu_ratio:5.1f}x CPU (target {TARGETS[figure]}x)")
+    for who in ("shardstore_per_episode", "minari_getitem"):
+        g = results["episode"][who]
+        log(f"episode  {who} {g['us_per_item']:8.1f} us")
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="/work/bench-data/episodes", help="Folder for the source and the store.")
+    p.add_argument("--episodes", type=int, default=1000)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--image", type=int, nargs="+", default=[16, 16, 3], help="Shape of the uint8 observation.")
+    p.add_argument("--samples", type=int, default=10000, help="Random steps and windows per run.")
+    p.add_argument("--episode-samples", type=int, default=640, help="Random episodes per run.")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", default=None, help="Write the figures as JSON here.")
+    args = p.parse_args()
+    summary = run(args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2, default=float) + "\n")
+
+
+if __name__ == "__main__":
+    main()
