@@ -26,7 +26,14 @@ pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
 import shardstore  # noqa: E402
-from shardstore.convert.lerobot import check, delta_window, export_lerobot, import_lerobot  # noqa: E402
+from shardstore.convert.lerobot import (  # noqa: E402
+    check,
+    delta_window,
+    export_lerobot,
+    import_lerobot,
+    read_lerobot,
+    write_lerobot,
+)
 from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,6 +302,37 @@ def test_export_to_the_other_version_and_back(
         assert [{k: r[k] for k in kept} for r in a] == [{k: r[k] for k in kept} for r in b]
         assert _json_files(back)["meta/stats.json"].keys() == _json_files(src)["meta/stats.json"].keys()
         assert sum(_frame_counts(back).values()) == sum(_frame_counts(src).values())
+
+
+def test_stats_recomputed_where_rows_changed(sources: dict[str, Path], tmp_path: Path) -> None:
+    """A stream whose episode 0 lost its last 2 frames (user code between read and write): its stats
+    are recomputed from the rows, the others kept; its video is cut to 10 frames."""
+    stream = read_lerobot(str(sources["v2.1"]))
+
+    def cut(episodes: Any) -> Any:
+        for ep in episodes:
+            if ep.index == 0:
+                ep.steps = {k: v[:10] for k, v in ep.steps.items()}
+            yield ep
+
+    stream.episodes = cut(stream.episodes)
+    report = write_lerobot(stream, str(tmp_path / "out"), version="2.1")
+    assert report.metadata == "rewritten" and report.frames == 41
+    assert check(str(tmp_path / "out")).ok
+    stats = [json.loads(x) for x in (tmp_path / "out/meta/episodes_stats.jsonl").read_text().splitlines()]
+    src = [json.loads(x) for x in (sources["v2.1"] / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    state = np.float64(
+        pq.read_table(sources["v2.1"] / "data/chunk-000/episode_000000.parquet")
+        .column("observation.state")
+        .to_pylist()[:10]
+    )
+    assert stats[0]["stats"]["observation.state"]["count"] == [10]
+    np.testing.assert_allclose(stats[0]["stats"]["observation.state"]["mean"], state.mean(0))
+    np.testing.assert_allclose(stats[0]["stats"]["observation.state"]["max"], state.max(0))
+    assert stats[1:] == src[1:]
+    assert (
+        len(pyav_frames(tmp_path / "out/videos/chunk-000/observation.images.front/episode_000000.mp4")) == 10
+    )
 
 
 def test_export_reencodes_where_episodes_start_off_keyframes(tmp_path: Path) -> None:
