@@ -38,6 +38,7 @@ from .lerobot_meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
 from .lerobot_write import WriteReport, write_lerobot
 
 __all__ = [
+    "delta_window",
     "read_lerobot",
     "write_lerobot",
     "check",
@@ -399,3 +400,26 @@ def export_lerobot(
 
     view = episodes(dataset, storage_options=storage_options)
     return write_lerobot(view.stream(), out, version=version, progress=progress)
+
+
+def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[float]]) -> dict[str, Any]:
+    """LeRobot's ``delta_timestamps`` on an episode view: for each field, its values at ``t`` plus each
+    offset in seconds (``{"observation.images.front": [-0.1, 0.0], "action": [0.0, 0.1, ...]}``),
+    turned into steps by the dataset's fps, with ``<field>_is_pad`` where an offset falls outside the
+    episode (the nearest step is repeated, as LeRobot pads). One ``view.window`` read serves all fields.
+    """
+    fps = float(view.schema.attrs.get("fps") or 0)
+    if fps <= 0:
+        raise LeRobotFormatError("the dataset has no fps (not imported from LeRobot?)", path=view.dataset.url)
+    steps = {k: [round(d * fps) for d in ds] for k, ds in delta_timestamps.items()}
+    lo = min(min(s) for s in steps.values())
+    hi = max(max(s) for s in steps.values())
+    before, after = max(0, -lo), max(0, hi)
+    w = view.window(e, t, before, after)
+    out: dict[str, Any] = {}
+    for key, offsets in steps.items():
+        rows = [o + before for o in offsets]
+        values = w[key]
+        out[key] = values[rows] if isinstance(values, np.ndarray) else [values[r] for r in rows]
+        out[f"{key}_is_pad"] = w["is_pad"][rows]
+    return out

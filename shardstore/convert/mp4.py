@@ -79,8 +79,12 @@ class Clip:
     count: int
 
 
-def probe(fileobj: IO[bytes], name: str) -> VideoInfo:
-    """Codec, size, frame count and keyframe positions, reading packets only (nothing decoded)."""
+def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
+    """Codec, size, frame count and keyframe positions, reading packets only (nothing decoded).
+
+    ``packets=False`` takes the frame count from the container's index (mp4's sample table: only
+    the header is read) and leaves ``keyframes`` empty: enough to check a file, not to cut it.
+    """
     av = import_av()
     try:
         with av.open(fileobj, "r") as c:
@@ -88,7 +92,9 @@ def probe(fileobj: IO[bytes], name: str) -> VideoInfo:
             pts = []
             keys = []
             leading = False
-            for p in c.demux(s):
+            if not packets and s.frames > 0:
+                pts = list(range(s.frames))
+            for p in c.demux(s) if packets or not pts else ():
                 if p.size and p.pts is not None:
                     pts.append(p.pts)
                     if p.is_keyframe:

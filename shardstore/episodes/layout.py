@@ -8,7 +8,8 @@ and the view so the two cannot drift apart.
   the last step. ``is_terminal`` is set on the sample that has ``is_last`` when the episode ended
   terminally.
 - ``granularity="episode"``: one sample per episode, key ``e{episode:08d}``: arrays stacked over
-  all rows, media and text one part per row (``<field>.{row:06d}.<ext>``), flags stacked.
+  all rows, media and text one part per row (``<field>.{row:06d}.<ext>``), a video field's frame
+  references one ``<field>.json`` (``video.refs_to_bytes``), flags stacked.
 
 Parts: ``<field>.npy`` (``np.save`` bytes, ``allow_pickle=False``) per array, media as their
 encoded bytes with their extension (``<field>.png``, ``<field>.jpg``), text ``<field>.txt`` (UTF-8),

@@ -26,22 +26,32 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
 
-__all__ = ["VideoRef", "RangeFile", "FrameDecoder", "VideoStore", "VIDEO_STORE", "import_av"]
+__all__ = [
+    "VideoRef",
+    "RangeFile",
+    "FrameDecoder",
+    "VideoStore",
+    "VIDEO_STORE",
+    "import_av",
+    "refs_to_bytes",
+    "refs_from_bytes",
+]
 
 #: Bytes fetched per read of a ``RangeFile`` (a range GET on S3): an mp4's boxes are read in small
 #: pieces by the demuxer, so reading ahead saves requests; a few blocks are kept for seeks back.
 BLOCK_SIZE = 256 * 1024
 BLOCKS_KEPT = 8
-#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224): reopening a video
-#: (parsing its index, starting a decoder) costs as much as decoding a frame or two.
-OPEN_VIDEOS = 64
+#: Open videos a ``FrameDecoder`` keeps per process (about 3 MB each at 224x224;
+#: ``SHARDSTORE_VIDEO_OPEN``): reopening a video (parsing its index, starting a decoder, whose first
+#: frames come out of fresh buffers, slow to touch) costs more than decoding a frame or two.
+OPEN_VIDEOS = int(os.environ.get("SHARDSTORE_VIDEO_OPEN", "64"))
 #: Decoded frames a ``FrameDecoder`` keeps per open video (a window asked twice decodes once).
 FRAMES_KEPT = 32
 
@@ -76,6 +86,24 @@ class VideoRef:
             return cls(str(obj["file"]), float(obj["timestamp"]), int(obj["frame"]))
         except (ValueError, KeyError, TypeError) as e:
             raise DecodeError(f"not a video frame reference: {e}") from e
+
+
+def refs_to_bytes(refs: Sequence[VideoRef]) -> bytes:
+    """Many references as one compact JSON document (an episode sample's ``<field>.json``): each
+    file named once, then ``[file number, timestamp, frame]`` per row."""
+    files: dict[str, int] = {}
+    rows = [[files.setdefault(r.file, len(files)), r.timestamp, r.frame] for r in refs]
+    return json.dumps({"files": list(files), "rows": rows}, separators=(",", ":")).encode()
+
+
+def refs_from_bytes(data: bytes) -> list[VideoRef]:
+    """The inverse of ``refs_to_bytes``."""
+    try:
+        obj = json.loads(data)
+        files = [str(f) for f in obj["files"]]
+        return [VideoRef(files[int(i)], float(t), int(n)) for i, t, n in obj["rows"]]
+    except (ValueError, KeyError, TypeError, IndexError) as e:
+        raise DecodeError(f"not a list of video frame references: {e}") from e
 
 
 class RangeFile(io.RawIOBase):
@@ -179,24 +207,35 @@ class _OpenVideo:
         ahead = self.position is not None and self.position < target <= self.position + max(
             self.gop, self.frame_pts
         )
-        if not ahead:
-            self.container.seek(max(0, target - half), stream=self.stream, backward=True, any_frame=False)
-            self.seeks += 1
-            self.decoder = self.container.decode(self.stream)
-            self.position = None
-        for frame in self.decoder:
-            pts = frame.pts if frame.pts is not None else 0
-            self._learn(pts, frame.key_frame)
-            self.position = pts
-            if pts + half < target:
-                continue
-            if abs(pts - target) > half:
-                break  # overshot: no frame at this time
-            arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
-            self.frames[pts] = arr
-            if len(self.frames) > FRAMES_KEPT:
-                self.frames.popitem(last=False)
-            return arr
+        # A seek lands on the keyframe whose *decode* time is at or before the target; with B-frames
+        # and open GOPs (HEVC) that keyframe may be shown after the target, its leading frames
+        # dropped: then seek again from further back, down to the start of the file.
+        back = 0
+        for attempt in range(8):
+            if not ahead or attempt:
+                start = 0 if attempt == 7 else max(0, target - half - back)
+                self.container.seek(start, stream=self.stream, backward=True, any_frame=False)
+                self.seeks += 1
+                self.decoder = self.container.decode(self.stream)
+                self.position = None
+            first = True
+            for frame in self.decoder:
+                pts = frame.pts if frame.pts is not None else 0
+                self._learn(pts, frame.key_frame)
+                self.position = pts
+                if pts + half < target:
+                    first = False
+                    continue
+                if abs(pts - target) > half:
+                    break  # past the frame: no frame at this time, or landed after it
+                arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
+                self.frames[pts] = arr
+                if len(self.frames) > FRAMES_KEPT:
+                    self.frames.popitem(last=False)
+                return arr
+            if not first or self.position is None:
+                break  # decoded through the time without meeting a frame there (or the file ended)
+            back = max(2 * back, self.gop, 4 * self.frame_pts)
         self.position = None
         raise DecodeError(f"no frame at {timestamp:.6f} s (the video ends or skips it)", path=self.name)
 
@@ -294,7 +333,7 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
     def open(self, name: str) -> IO[bytes]:
         """A seekable file over the member ``name``; ``SampleNotFoundError`` if there is none."""
         path, rng = self.store.locate(name)
-        return RangeFile(self.store.storage, path, rng.offset, rng.size)
+        return cast(IO[bytes], RangeFile(self.store.storage, path, rng.offset, rng.size))
 
     @property
     def decoder(self) -> FrameDecoder:

@@ -38,7 +38,7 @@ from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .npy import decode, decode_rows, parse_header
-from .video import VideoRef, VideoStore
+from .video import VideoRef, VideoStore, refs_from_bytes
 
 __all__ = ["Episodes", "episodes"]
 
@@ -269,10 +269,10 @@ class Episodes:
         return decode_rows(parts, where)
 
     def _episode_field(self, f: FieldSpec, sample: dict[str, bytes], rows: int) -> Any:
-        if f.kind in ("text", "media", "video"):
+        if f.kind == "video":
+            return refs_from_bytes(sample[layout.part_name(f)])
+        if f.kind in ("text", "media"):
             values = [sample[layout.row_part_name(f, t)] for t in range(rows)]
-            if f.kind == "video":
-                return [VideoRef.from_bytes(v) for v in values]
             return [v.decode() for v in values] if f.kind == "text" else values
         return decode(sample[layout.part_name(f)], f"field {f.name!r}")
 
@@ -312,7 +312,7 @@ class Episodes:
                 if t < len(values):  # [t, ...]: a 0-d array keeps its byte order, [t] a scalar would not
                     out[f.name] = values[t, ...] if isinstance(values, np.ndarray) else values[t]
                     if f.kind == "video":
-                        out[f.name] = self._frames([values[t]])[0]
+                        out[f.name] = self._frames([values[t]])[0]  # type: ignore[list-item]
         last = t == rows - 1
         out["is_first"] = np.bool_(t == 0)
         out["is_last"] = np.bool_(last)

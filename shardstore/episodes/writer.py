@@ -36,6 +36,7 @@ from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
 from .npy import npy_header
 from .staging import StagedFolder, safe_relpath
 from .tarwriter import TarWriter
+from .video import refs_to_bytes
 
 __all__ = ["EpisodeWriter", "WriteReport", "infer_schema", "DEFAULT_SHARD_SIZE"]
 
@@ -319,7 +320,9 @@ class EpisodeWriter:
         sample: dict[str, Any] = {"__key__": layout.episode_key(number)}
         for f in self.schema.fields:
             v = steps[f.name]
-            if f.kind in ("text", "media", "video"):
+            if f.kind == "video":  # the rows' frame references as one part
+                sample[layout.part_name(f)] = refs_to_bytes(v)  # type: ignore[arg-type]
+            elif f.kind in ("text", "media"):
                 for t, item in enumerate(v):
                     sample[layout.row_part_name(f, t)] = _row_bytes(f, item)
             else:
@@ -414,10 +417,8 @@ class EpisodeWriter:
 
 
 def _row_bytes(f: FieldSpec, item: Any) -> bytes:
-    """One row of a text, media or video field as the bytes of its part."""
-    if f.kind == "text":
-        return item.encode()  # type: ignore[no-any-return]
-    return item.to_bytes() if f.kind == "video" else bytes(item)  # type: ignore[no-any-return]
+    """One row of a text or media field as the bytes of its part."""
+    return item.encode() if f.kind == "text" else bytes(item)  # type: ignore[no-any-return]
 
 
 def _progress_bar(show: bool, total: int | None) -> Any:

@@ -26,7 +26,14 @@ pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
 import shardstore  # noqa: E402
-from shardstore.convert.lerobot import check, export_lerobot, import_lerobot  # noqa: E402
+from shardstore.convert.lerobot import (  # noqa: E402
+    check,
+    delta_window,
+    export_lerobot,
+    import_lerobot,
+    read_lerobot,
+    write_lerobot,
+)
 from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,6 +140,35 @@ def test_window_spans_video_and_vector_fields(sources: dict[str, Path], imported
         assert w[cam].shape == (8, 32, 32, 3)
         for i, t in enumerate(steps):
             np.testing.assert_array_equal(w[cam][i], source_frame(sources["v3.0"], "v3.0", 1, cam, t))
+
+
+def test_episode_granularity_reads_the_same(
+    sources: dict[str, Path], imported: dict[str, Path], tmp_path: Path
+) -> None:
+    """One sample per episode (stacked arrays, the frame references as one part): same values, and
+    the same export."""
+    report = import_lerobot(str(sources["v3.0"]), str(tmp_path / "ds"), granularity="episode")
+    assert report.steps == 43 and report.bytes < 0.2 * sum(
+        p.stat().st_size for p in imported["v3.0"].glob("*.tar")
+    )
+    a, b = shardstore.episodes(str(tmp_path / "ds")), shardstore.episodes(str(imported["v3.0"]))
+    for e, t in [(0, 0), (1, 8), (3, 9)]:
+        x, y = a.step(e, t), b.step(e, t)
+        assert x.keys() == y.keys()
+        for k in x:
+            assert np.array_equal(x[k], y[k]) if isinstance(x[k], np.ndarray) else x[k] == y[k], k
+    np.testing.assert_array_equal(a.window(2, 1, 2, 2)[CAMS[0]], b.window(2, 1, 2, 2)[CAMS[0]])
+    out = export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v30"))
+    assert out.metadata == "source" and check(str(tmp_path / "v30")).ok
+
+
+def test_delta_timestamps_as_lerobot(imported: dict[str, Path]) -> None:
+    view = shardstore.episodes(str(imported["v2.1"]))
+    got = delta_window(view, 1, 1, {CAMS[0]: [-0.2, -0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3]})  # fps 10
+    assert got[CAMS[0]].shape == (3, 32, 32, 3) and got[f"{CAMS[0]}_is_pad"].tolist() == [True, False, False]
+    np.testing.assert_array_equal(got[CAMS[0]][0], view.step(1, 0)[CAMS[0]])  # padded with the first frame
+    np.testing.assert_array_equal(got[CAMS[0]][2], view.step(1, 1)[CAMS[0]])
+    np.testing.assert_array_equal(got["action"], np.stack([view.step(1, t)["action"] for t in (1, 2, 3, 4)]))
 
 
 def test_consecutive_frames_do_not_seek_again(imported: dict[str, Path]) -> None:
@@ -268,6 +304,37 @@ def test_export_to_the_other_version_and_back(
         assert sum(_frame_counts(back).values()) == sum(_frame_counts(src).values())
 
 
+def test_stats_recomputed_where_rows_changed(sources: dict[str, Path], tmp_path: Path) -> None:
+    """A stream whose episode 0 lost its last 2 frames (user code between read and write): its stats
+    are recomputed from the rows, the others kept; its video is cut to 10 frames."""
+    stream = read_lerobot(str(sources["v2.1"]))
+
+    def cut(episodes: Any) -> Any:
+        for ep in episodes:
+            if ep.index == 0:
+                ep.steps = {k: v[:10] for k, v in ep.steps.items()}
+            yield ep
+
+    stream.episodes = cut(stream.episodes)
+    report = write_lerobot(stream, str(tmp_path / "out"), version="2.1")
+    assert report.metadata == "rewritten" and report.frames == 41
+    assert check(str(tmp_path / "out")).ok
+    stats = [json.loads(x) for x in (tmp_path / "out/meta/episodes_stats.jsonl").read_text().splitlines()]
+    src = [json.loads(x) for x in (sources["v2.1"] / "meta/episodes_stats.jsonl").read_text().splitlines()]
+    state = np.float64(
+        pq.read_table(sources["v2.1"] / "data/chunk-000/episode_000000.parquet")
+        .column("observation.state")
+        .to_pylist()[:10]
+    )
+    assert stats[0]["stats"]["observation.state"]["count"] == [10]
+    np.testing.assert_allclose(stats[0]["stats"]["observation.state"]["mean"], state.mean(0))
+    np.testing.assert_allclose(stats[0]["stats"]["observation.state"]["max"], state.max(0))
+    assert stats[1:] == src[1:]
+    assert (
+        len(pyav_frames(tmp_path / "out/videos/chunk-000/observation.images.front/episode_000000.mp4")) == 10
+    )
+
+
 def test_export_reencodes_where_episodes_start_off_keyframes(tmp_path: Path) -> None:
     src = make_lerobot(
         str(tmp_path / "src"), version="v3.0", episodes=2, frames=10, gop=4, align_keyframes=False
@@ -285,6 +352,27 @@ def test_export_reencodes_where_episodes_start_off_keyframes(tmp_path: Path) -> 
     assert (
         np.mean([np.abs(a.astype(int) - b).mean() for a, b in zip(got, want, strict=True)]) < 8
     )  # lossy, close
+
+
+def test_hevc_camera(tmp_path: Path) -> None:
+    """HEVC (x265: B-frames, open GOPs) reads frame-accurately and exports to the other version."""
+    cam = "observation.images.top"
+    src = Path(
+        make_lerobot(str(tmp_path / "src"), version="v3.0", episodes=2, frames=8, cameras={cam: "hevc"})
+    )
+    report = check(str(src))
+    assert (
+        report.ok
+        and [p.message for p in report.problems] == ["codec 'hevc'; the v2.1 document names H.264 (avc1)"] * 1
+    )
+    import_lerobot(str(src), str(tmp_path / "ds"))
+    view = shardstore.episodes(str(tmp_path / "ds"))
+    file = pyav_frames(src / f"videos/{cam}/chunk-000/file-000.mp4")
+    for e, t in [(1, 7), (0, 3), (1, 0), (0, 0)]:
+        np.testing.assert_array_equal(view.step(e, t)[cam], file[e * 8 + t])
+    out = export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v21"), version="2.1")
+    assert check(str(tmp_path / "v21")).ok and out.frames == 16
+    assert len(pyav_frames(tmp_path / f"v21/videos/chunk-000/{cam}/episode_000001.mp4")) == 8
 
 
 # ----- --frames ------------------------------------------------------------------------------------
@@ -382,33 +470,40 @@ def test_cli_check_import_export(sources: dict[str, Path], tmp_path: Path) -> No
     ok = subprocess.run(
         [*EXE, "check", "lerobot", str(sources["v3.0"]), "--json"], capture_output=True, env=env
     )
-    assert ok.returncode == 0 and json.loads(ok.stdout)["version"] == "v3.0"
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["version"] == "v3.0"
     src = _broken(sources, tmp_path)
     (src / "videos/chunk-001/observation.images.front/episode_000003.mp4").unlink()
     bad = subprocess.run([*EXE, "check", "lerobot", str(src)], capture_output=True, text=True, env=env)
-    assert bad.returncode == 1 and "missing video file" in bad.stdout
+    assert bad.returncode == 1, bad.stderr
+    assert "missing video file" in bad.stdout
     imp = subprocess.run(
         [*EXE, "import", "lerobot", str(src), str(tmp_path / "ds")], capture_output=True, text=True, env=env
     )
-    assert imp.returncode == 1 and imp.stderr.count("\n") == 1 and "episode 3" in imp.stderr
+    assert imp.returncode == 1, imp.stderr
+    assert imp.stderr.startswith("shardstore: error: ") and imp.stderr.count("\n") == 1, imp.stderr
+    assert "episode 3" in imp.stderr
     assert not (tmp_path / "ds").exists()
     out = subprocess.run(
         [*EXE, "import", "lerobot", str(sources["v2.1"]), str(tmp_path / "ds2"), "--json"],
         capture_output=True,
         env=env,
     )
-    assert out.returncode == 0 and json.loads(out.stdout)["steps"] == 43
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["steps"] == 43
     exp = subprocess.run(
         [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30"), "--version", "3.0"],
         capture_output=True,
         text=True,
         env=env,
     )
-    assert exp.returncode == 0 and "LeRobot v3.0" in exp.stdout
+    assert exp.returncode == 0, exp.stderr
+    assert "LeRobot v3.0" in exp.stdout
     again = subprocess.run(
         [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30")],
         capture_output=True,
         text=True,
         env=env,
     )
-    assert again.returncode == 1 and "already exists" in again.stderr
+    assert again.returncode == 1, again.stderr
+    assert "already exists" in again.stderr
