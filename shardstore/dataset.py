@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import errno
 import hashlib
+import operator
 import os
 import tempfile
 import threading
@@ -25,16 +26,23 @@ from . import nvmeta
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
+    IndexCorruptError,
     SampleNotFoundError,
     StaleIndexError,
     StorageError,
+    TarFormatError,
 )
 from .index.sqlite import IndexReader, SampleLocation
-from .index.taridx import read_offsets
+from .index.taridx import load_offsets
 from .keys import split_name
+from .membercheck import HEADER_SPAN, header_names_member
+from .resources import Closeable
 from .samples import Sample
 from .storage import ByteRange, Storage, cache_root, open_storage
 from .tarscan import fill_plain_sample, plain_members, regular_members
+
+#: Members bigger than this are read apart from the headers before them (local storage).
+_SEPARATE_HEADER_READ = 64 << 10
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -56,13 +64,16 @@ class SampleRef:
     index: int
     range: ByteRange
     position: int | None
+    key: str | None = None  # the key the index gives, for a sample located by key
 
 
-class Dataset:
+class Dataset(Closeable):
     """A prepared dataset's split, read from local disk or any fsspec URL.
 
-    Use ``shardstore.open(url, split=...)``. Thread-safe; safe to pass to forked or spawned
-    worker processes (connections and file descriptors are reopened there).
+    Use ``shardstore.open(url, split=...)``, best in a ``with`` block. Thread-safe; safe to pass
+    to forked or spawned worker processes (connections and file descriptors are reopened there).
+    ``close()`` releases descriptors, maps and index connections at once (dropping the last
+    reference does too); a later read opens what it needs again.
     """
 
     def __init__(
@@ -114,7 +125,9 @@ class Dataset:
             self._starts.append(self._starts[-1] + s.count)
         self._prepared: dict[str, dict[str, Any]] | None = None  # see ``_sizes``
         self._offsets: dict[int, np.ndarray] = {}
-        self._checked: set[int] = set()
+        #: tar_file_id -> the shard's size, for shards that passed ``check_shard``: every byte
+        #: range from the index is checked against it before a read.
+        self._checked: dict[int, int] = {}
         self._index: IndexReader | None = None
         self._lock = threading.Lock()
         self._excluded_positions: list[int] | None = None
@@ -123,7 +136,7 @@ class Dataset:
         """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
         locks and per-process caches are rebuilt lazily on the other side."""
         state = self.__dict__.copy()
-        state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
+        state.update(_offsets={}, _index=None, _checked={}, _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
         return state
@@ -131,6 +144,16 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the shards' descriptors, the ``.tar.idx`` arrays and every thread's index
+        connection now (call it when no read is in flight). Reading again reopens them."""
+        with self._lock:
+            index, self._index = self._index, None
+            self._offsets = {}
+        if index is not None:
+            index.close()
+        self.storage.close()
 
     # ----- metadata -------------------------------------------------------------------------
     @property
@@ -222,7 +245,7 @@ class Dataset:
         if arr is None:
             rel = nvmeta.tar_idx_path(shard.name)
             try:
-                arr = read_offsets(self._local_copy(rel))
+                arr = load_offsets(self._local_copy(rel), self.storage.url(rel))
             except StorageError as e:
                 if e.errno != errno.ENOENT:  # a failed read (after retries) is not a missing file
                     raise
@@ -252,7 +275,37 @@ class Dataset:
         why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]))
         if why is not None:
             raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
-        self._checked.add(shard.tar_file_id)
+        self._checked[shard.tar_file_id] = stat.size
+
+    def _shard_of(self, tar_file_id: int, member: str | None = None) -> ShardRef:
+        """The shard of an index row's ``tar_file_id`` (of this split or another one), checked
+        once (``check_shard``); ``IndexCorruptError`` when no shard has that id."""
+        k = self._by_id.get(tar_file_id)
+        if k is not None:
+            shard = self.shards[k]
+        elif isinstance(tar_file_id, int) and 0 <= tar_file_id < len(self.info.shards):
+            shard = self._outside_shard(tar_file_id)
+        else:
+            raise IndexCorruptError(
+                f"index row names tar_file_id {tar_file_id!r}; .info.json has {len(self.info.shards)} shards: rerun prepare",
+                path=self.storage.url(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"),
+                member=member,
+            )
+        if tar_file_id not in self._checked:
+            self.check_shard(shard)
+        return shard
+
+    def _check_range(self, shard: ShardRef, offset: int, size: int, member: str | None) -> None:
+        """``IndexCorruptError`` unless ``size`` bytes at ``offset`` lie inside the (checked) shard:
+        an index row read from SQL is never trusted with a read."""
+        end = self._checked[shard.tar_file_id]
+        if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size and offset + size <= end):
+            raise IndexCorruptError(
+                f"index gives the byte range {offset!r} + {size!r}, outside the shard's {end} bytes: rerun prepare",
+                path=self.storage.url(shard.name),
+                member=member,
+                offset=offset if isinstance(offset, int) else None,
+            )
 
     # ----- positions ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -261,6 +314,8 @@ class Dataset:
     def _find(self, position: int) -> tuple[int, int, int]:
         """(shard number in the split, index in that shard, position), negative positions counting
         from the end."""
+        if type(position) is not int:
+            position = _as_position(position)
         n = self._starts[-1]
         if position < 0:
             position += n
@@ -287,17 +342,25 @@ class Dataset:
 
     def _find_key(self, key: str) -> tuple[ShardRef, int | None, SampleLocation]:
         """(shard, position in the split or None when the shard is not in it, index row) of ``key``."""
+        if not isinstance(key, str):
+            raise TypeError(f"sample keys are str, not {type(key).__name__} (positions go to ds[i])")
         loc = self.index.locate(key)
         if loc is None:
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
+        shard = self._shard_of(loc.tar_file_id, key)
+        self._check_range(shard, loc.offset, loc.size, key)
+        if not (isinstance(loc.sample_index, int) and 0 <= loc.sample_index < shard.count):
+            raise IndexCorruptError(
+                f"index gives sample_index {loc.sample_index!r}; the shard has {shard.count} samples: rerun prepare",
+                path=self.storage.url(shard.name),
+                member=key,
+            )
         k = self._by_id.get(loc.tar_file_id)
-        if k is None:
-            return self._outside_shard(loc.tar_file_id), None, loc
-        return self.shards[k], self._starts[k] + loc.sample_index, loc
+        return shard, (None if k is None else self._starts[k] + loc.sample_index), loc
 
     def _locate_key(self, key: str) -> SampleRef:
         shard, pos, loc = self._find_key(key)
-        return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos)
+        return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos, key)
 
     def _shard_pos(self, tar_file_id: int) -> int | None:
         return self._by_id.get(tar_file_id)
@@ -317,26 +380,44 @@ class Dataset:
             datas = [self.storage.read_range(ref.shard.name, ref.range)]
         else:
             datas = self.storage.read_ranges([(r.shard.name, r.range) for r in refs])
-        return [self._build(ref.shard, ref.position, ref.range.offset, data) for ref, data in zip(refs, datas, strict=True)]
+        return [
+            self._build(ref.shard, ref.position, ref.range.offset, data, want=ref.key)
+            for ref, data in zip(refs, datas, strict=True)
+        ]
 
-    def _read_one(self, shard: ShardRef, position: int | None, offset: int, size: int) -> Any:
+    def _read_one(self, shard: ShardRef, position: int | None, offset: int, size: int, want: str | None = None) -> Any:
         """One sample from its byte range: the hot path of ``ds[i]`` and ``get``, which builds no
         ``SampleRef``/``ByteRange`` on the way."""
         if shard.tar_file_id not in self._checked:
             self.check_shard(shard)
-        return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size))
+        return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size), want=want)
 
     def _build(
-        self, shard: ShardRef, position: int | None, offset: int, data: bytes, lo: int = 0, hi: int | None = None
+        self,
+        shard: ShardRef,
+        position: int | None,
+        offset: int,
+        data: bytes,
+        lo: int = 0,
+        hi: int | None = None,
+        want: str | None = None,
     ) -> Any:
         """Cut a sample's parts out of its raw tar bytes ``data[lo:hi]`` (all of ``data`` by
         default; read from ``offset`` of ``shard``), parsing the headers in memory: the compiled
-        fast path for plain samples, else ``_cut``."""
+        fast path for plain samples, else ``_cut``. ``want``: the key the index says is there
+        (a read by key), else ``StaleIndexError``."""
         sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
         key = fill_plain_sample(sample, data, lo, len(data) if hi is None else hi)
         if key is None:
             sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
             key = self._cut(sample, shard, offset, data, lo, hi)
+        if want is not None and key != want:
+            raise StaleIndexError(
+                f"the index puts sample {want!r} here, the shard holds {key!r}: the shard changed since prepare",
+                path=self.storage.url(shard.name),
+                member=want,
+                offset=offset,
+            )
         if self.excluded and f"{shard.name}/{key}" in self.excluded:
             raise SampleNotFoundError("sample is excluded by split.yaml", path=self.storage.url(shard.name), member=key)
         sample["__key__"] = key
@@ -429,7 +510,7 @@ class Dataset:
     def get(self, key: str) -> Any:
         """The sample with ``key``; raises ``SampleNotFoundError`` (a ``KeyError``) if none."""
         shard, pos, loc = self._find_key(key)
-        return self._read_one(shard, pos, loc.offset, loc.size)
+        return self._read_one(shard, pos, loc.offset, loc.size, key)
 
     def __contains__(self, key: object) -> bool:
         """True when ``get(key)`` finds the sample (excluded samples are not found)."""
@@ -465,40 +546,88 @@ class Dataset:
         return self._excluded_positions
 
     def member_range(self, name: str) -> tuple[str, ByteRange]:
-        """(shard, data range) of member ``key.part``."""
-        tar_file_id, offset, size = self._member(name)
-        return self.info.shards[tar_file_id], ByteRange(offset, size)
+        """(shard, data range) of member ``key.part``, checked as ``read_file`` checks it (the
+        shard unchanged, the range inside it, the member there the one named)."""
+        shard, offset, size, verified = self._member(name)
+        if not verified:
+            pre = min(offset, HEADER_SPAN)
+            self.verify_member(shard, name, offset, size, self.storage.read_at(shard.name, offset - pre, pre))
+        return shard.name, ByteRange(offset, size)
 
-    def _member(self, name: str) -> tuple[int, int, int]:
-        """(tar_file_id, data offset, size) of member ``key.part``: one lookup by name (the
-        name table or an indexed query, ``IndexReader.member``)."""
+    def _member(self, name: str) -> tuple[ShardRef, int, int, bool]:
+        """(shard, data offset, size, verified) of member ``key.part``: one lookup by name (the
+        name table or an indexed query, ``IndexReader.member``), its shard checked and the range
+        inside it. ``verified``: found by parsing its sample's headers (Energon 6 indexes), so
+        ``verify_member`` has nothing left to show."""
+        if not isinstance(name, str):
+            raise TypeError(f"member names are str, not {type(name).__name__}")
         index = self.index
         hit = index.member(name)
-        kp = split_name(name) if hit is None and not index.has_parts else None
-        if kp:
-            shard, rng = self._member_from_headers(name, *kp)
-            return self._ids[shard], rng.offset, rng.size
         if hit is None:
+            kp = split_name(name) if not index.has_parts else None
+            if kp:
+                return (*self._member_from_headers(name, *kp), True)
             raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
-        return hit
+        tar_file_id, offset, size = hit
+        shard = self._shard_of(tar_file_id, name)
+        self._check_range(shard, offset, size, name)
+        return shard, offset, size, False
 
-    def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
-        """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
+    def _member_from_headers(self, name: str, key: str, part: str) -> tuple[ShardRef, int, int]:
+        """(shard, data offset, size) of a member found in its sample's tar headers: for Energon 6
+        indexes (no ``sample_parts``), and to settle what ``verify_member`` could not show. A
+        part repeated in one sample is its last copy, as in ``get`` (and Energon's sample reader)."""
         ref = self._locate_key(key)
         data = self.storage.read_range(ref.shard.name, ref.range)
+        found = None
         for member, start, size in regular_members(data, self.storage.url(ref.shard.name)):
             if split_name(member) == (key, part):
-                return ref.shard.name, ByteRange(ref.range.offset + start, size)
-        raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
+                found = (ref.shard, ref.range.offset + start, size)
+        if found is None:
+            raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
+        return found
+
+    def verify_member(self, shard: ShardRef, name: str, offset: int, size: int, span: bytes) -> None:
+        """``StaleIndexError`` unless member ``name`` (``size`` bytes) still has its data at
+        ``offset`` of ``shard``: shown by ``span``, the bytes just before it (``membercheck``), or
+        failing that by its sample's headers (one more read, only then)."""
+        if header_names_member(span, name.encode("utf-8", "surrogateescape"), size):
+            return
+        kp = split_name(name)
+        try:
+            found = self._member_from_headers(name, *kp) if kp else None
+        except (SampleNotFoundError, TarFormatError):
+            found = None
+        if found is None or found[1:] != (offset, size):
+            raise StaleIndexError(
+                f"the index puts member {name!r} ({size} bytes) here, the shard's headers do not: "
+                "the shard changed since prepare; rerun prepare",
+                path=self.storage.url(shard.name),
+                member=name,
+                offset=offset,
+            )
+
+    def read_member(self, shard: ShardRef, name: str, offset: int, size: int) -> bytes:
+        """The payload of member ``name`` from an index row (shard and range already checked),
+        with ``HEADER_SPAN`` bytes before it to ``verify_member``: one read, or for big local
+        members a small one more (copying a big payload out of a bigger read costs more)."""
+        pre = min(offset, HEADER_SPAN)
+        if size > _SEPARATE_HEADER_READ and self.storage.local_path("") is not None:
+            span = self.storage.read_at(shard.name, offset - pre, pre)
+            data = self.storage.read_at(shard.name, offset, size)
+        else:
+            both = self.storage.read_at(shard.name, offset - pre, pre + size)
+            span, data = both[:pre], both[pre:]
+        self.verify_member(shard, name, offset, size, span)
+        return data
 
     def read_file(self, name: str) -> bytes:
-        """The bytes of one member, ``key.part``: only its payload is read."""
-        tar_file_id, offset, size = self._member(name)
-        if tar_file_id not in self._checked:
-            k = self._by_id.get(tar_file_id)
-            if k is not None:
-                self.check_shard(self.shards[k])
-        return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
+        """The bytes of one member, ``key.part``: its payload, and the headers just before it
+        that show it is the member named (``verify_member``)."""
+        shard, offset, size, verified = self._member(name)
+        if verified:
+            return self.storage.read_at(shard.name, offset, size)
+        return self.read_member(shard, name, offset, size)
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""
@@ -546,3 +675,13 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
     return Dataset(
         url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle
     )
+
+
+def _as_position(item: object) -> int:
+    """``item`` as a sample position: ints and integer-like objects (numpy integers); ``TypeError``
+    naming the type for anything else (a ``bool`` is not a position; a ``str`` key goes to
+    ``get``)."""
+    if isinstance(item, bool) or not hasattr(item, "__index__"):
+        hint = ": look keys up with ds.get(key)" if isinstance(item, str) else ""
+        raise TypeError(f"sample positions are int, not {type(item).__name__}{hint}")
+    return operator.index(item)

@@ -15,6 +15,7 @@ __all__ = [
     "DatasetNotPreparedError",
     "IndexVersionError",
     "StaleIndexError",
+    "IndexCorruptError",
     "SampleNotFoundError",
     "StorageError",
     "ConfigError",
@@ -161,3 +162,11 @@ class MountError(ShardstoreError, OSError):
 class EpisodeFormatError(ShardstoreError, ValueError):
     """An episode does not fit the episode model or its format's rules; ``member`` names the episode
     and field (``episode 3, field 'actions'``), ``path`` the source file."""
+
+
+class IndexCorruptError(StaleIndexError):
+    """An index file holds a value that cannot be right: a ``.tar.idx`` that is truncated or whose
+    offsets decrease, a ``samples``/``sample_parts`` row whose range is negative or runs past the
+    end of its shard, a ``tar_file_id`` with no shard. Names the index file or shard, the member or
+    key and the offset; rerun prepare. (A ``StaleIndexError``: a changed shard and a damaged index
+    look alike to a reader, and the cure is the same.)"""

@@ -348,16 +348,25 @@ _REPREPARE = "rerun `shardstore prepare --force-overwrite`"
 def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int) -> str | None:
     """Why a shard no longer matches its index, or None when it still does.
 
-    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, and its
-    ETag when both it and ``stat`` have one, must be what prepare saw (mtimes are recorded, not
-    compared). Either way the shard must reach ``idx_end``, the last offset of its ``.tar.idx``:
-    that is the only check left for a dataset Energon prepared. The reason names both values and
-    what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this one rule.
+    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, its
+    ETag when both it and ``stat`` have one, and otherwise (local files) its mtime must be what
+    prepare saw: a same-size rewrite changes the mtime (a copy that keeps mtimes, ``cp -p`` or
+    ``rsync -t``, still reads). Either way the shard must reach ``idx_end``, the last offset of its
+    ``.tar.idx``: that is the only check left for a dataset Energon prepared. The reason names
+    both values and what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with
+    this one rule.
     """
     if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
         return f"shard size is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
-    if recorded is not None and stat.etag and recorded.get("etag") and stat.etag != recorded["etag"]:
-        return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
+    if recorded is not None and stat.etag and recorded.get("etag"):
+        if stat.etag != recorded["etag"]:
+            return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
+    elif recorded is not None and stat.mtime is not None and isinstance(recorded.get("mtime"), (int, float)):
+        if stat.mtime != recorded["mtime"]:
+            return (
+                f"shard was modified (mtime {stat.mtime!r}, was {recorded['mtime']!r} at prepare; same size: "
+                f"rewritten in place?): {_REPREPARE}"
+            )
     if stat.size < idx_end:
         return f"shard size is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
     return None

@@ -20,10 +20,14 @@ import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import DuplicateKeyError, IndexVersionError, StorageError
 from ..keys import SampleBatch, split_name
+from ..resources import Closeable
+
+if TYPE_CHECKING:
+    from .names import NameTable
 
 __all__ = ["IndexWriter", "IndexReader", "ShardRows", "SampleRow", "PartRow", "schema_sql"]
 
@@ -254,11 +258,14 @@ class SampleLocation:
 
 
 #: Member ``key.part`` -> (tar_file_id, data offset, size): the UNIQUE ``sample_key`` index, the
-#: sample's table row, then ``idx_sample_parts_full``, which covers the part's columns.
+#: sample's table row, then ``idx_sample_parts_full``, which covers the part's columns. A part
+#: repeated within one sample is its last copy, as a sample read gives it (Energon's sample
+#: reader too: later members overwrite earlier ones, as ``tar -x`` does); the index walk is
+#: backwards, so this costs nothing.
 _PART_SQL = (
     "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
     "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
-    "WHERE s.sample_key=?1 AND p.part_name=?2"
+    "WHERE s.sample_key=?1 AND p.part_name=?2 ORDER BY p.content_byte_offset DESC LIMIT 1"
 )
 
 #: Every live reader, so a forked child drops the connections it inherited (an SQLite connection
@@ -269,7 +276,28 @@ _READERS: weakref.WeakSet[IndexReader] = weakref.WeakSet()
 def _forget_connections_after_fork() -> None:
     for reader in list(_READERS):
         reader._local = threading.local()
+        reader._open.conns.clear()  # the parent's: never used here
+        reader._open.lock = threading.Lock()
         reader._table_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+class _Connections:
+    """Every connection a reader opened, in whichever thread: ``close`` (from any thread, or the
+    reader's finalizer) closes them all, where a thread-local alone would reach only its own."""
+
+    def __init__(self) -> None:
+        self.conns: list[sqlite3.Connection] = []
+        self.lock = threading.Lock()
+
+    def add(self, conn: sqlite3.Connection) -> None:
+        with self.lock:
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for conn in conns:
+            conn.close()
 
 
 if hasattr(os, "register_at_fork"):
@@ -287,8 +315,11 @@ def _name_table_after() -> int:
         return 4096
 
 
-class IndexReader:
-    """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process."""
+class IndexReader(Closeable):
+    """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process.
+
+    ``close()`` closes the connections of every thread and the name table; the last reference
+    going does too. A later lookup opens again."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -296,8 +327,11 @@ class IndexReader:
             raise StorageError("index file missing", path=path)
         self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
         self._local = threading.local()
+        self._open = _Connections()
+        weakref.finalize(self, self._open.close)
         # Lookups by member name: SQL until the name table (index/names.py) is open, then it.
         self._find: Callable[[str], tuple[int, int, int] | None] | None = None
+        self._table: NameTable | None = None
         self._table_lock = threading.Lock()
         self._sql_lookups = 0
         self._table_after = _name_table_after()
@@ -330,6 +364,7 @@ class IndexReader:
             except sqlite3.Error as e:
                 raise StorageError(f"cannot open index: {e}", path=self.path) from e
             self._local.conn = conn
+            self._open.add(conn)
         return conn
 
     def disable_mmap(self) -> None:
@@ -420,7 +455,8 @@ class IndexReader:
         with self._table_lock:
             if self._find is None:
                 try:
-                    self._find = open_name_table(self.path, connect, build, wait).find
+                    self._table = open_name_table(self.path, connect, build, wait)
+                    self._find = self._table.find
                 except FileNotFoundError:
                     return False
                 except (OSError, ValueError, sqlite3.Error) as e:
@@ -538,8 +574,10 @@ class IndexReader:
         return dict(self._conn().execute("SELECT part_name, COUNT(*) FROM sample_parts GROUP BY part_name ORDER BY part_name"))
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.cur = self._local.parts = None
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Close every thread's connection and the name table (when no lookup is in flight)."""
+        self._local = threading.local()
+        self._open.close()
+        with self._table_lock:
+            table, self._table, self._find = self._table, None, None
+        if table is not None:
+            table.close()
