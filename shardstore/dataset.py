@@ -548,13 +548,13 @@ class Dataset(Closeable):
     def member_range(self, name: str) -> tuple[str, ByteRange]:
         """(shard, data range) of member ``key.part``, checked as ``read_file`` checks it (the
         shard unchanged, the range inside it, the member there the one named)."""
-        shard, offset, size, verified = self._member(name)
+        shard, offset, size, verified = self.locate_member(name)
         if not verified:
             pre = min(offset, HEADER_SPAN)
             self.verify_member(shard, name, offset, size, self.storage.read_at(shard.name, offset - pre, pre))
         return shard.name, ByteRange(offset, size)
 
-    def _member(self, name: str) -> tuple[ShardRef, int, int, bool]:
+    def locate_member(self, name: str) -> tuple[ShardRef, int, int, bool]:
         """(shard, data offset, size, verified) of member ``key.part``: one lookup by name (the
         name table or an indexed query, ``IndexReader.member``), its shard checked and the range
         inside it. ``verified``: found by parsing its sample's headers (Energon 6 indexes), so
@@ -624,7 +624,7 @@ class Dataset(Closeable):
     def read_file(self, name: str) -> bytes:
         """The bytes of one member, ``key.part``: its payload, and the headers just before it
         that show it is the member named (``verify_member``)."""
-        shard, offset, size, verified = self._member(name)
+        shard, offset, size, verified = self.locate_member(name)
         if verified:
             return self.storage.read_at(shard.name, offset, size)
         return self.read_member(shard, name, offset, size)
