@@ -277,7 +277,7 @@ class Dataset(Closeable):
             raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
         self._checked[shard.tar_file_id] = stat.size
 
-    def _shard_of(self, tar_file_id: int, member: str | None = None) -> ShardRef:
+    def shard_of(self, tar_file_id: int, member: str | None = None) -> ShardRef:
         """The shard of an index row's ``tar_file_id`` (of this split or another one), checked
         once (``check_shard``); ``IndexCorruptError`` when no shard has that id."""
         k = self._by_id.get(tar_file_id)
@@ -295,7 +295,7 @@ class Dataset(Closeable):
             self.check_shard(shard)
         return shard
 
-    def _check_range(self, shard: ShardRef, offset: int, size: int, member: str | None) -> None:
+    def check_range(self, shard: ShardRef, offset: int, size: int, member: str | None) -> None:
         """``IndexCorruptError`` unless ``size`` bytes at ``offset`` lie inside the (checked) shard:
         an index row read from SQL is never trusted with a read."""
         end = self._checked[shard.tar_file_id]
@@ -347,8 +347,8 @@ class Dataset(Closeable):
         loc = self.index.locate(key)
         if loc is None:
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
-        shard = self._shard_of(loc.tar_file_id, key)
-        self._check_range(shard, loc.offset, loc.size, key)
+        shard = self.shard_of(loc.tar_file_id, key)
+        self.check_range(shard, loc.offset, loc.size, key)
         if not (isinstance(loc.sample_index, int) and 0 <= loc.sample_index < shard.count):
             raise IndexCorruptError(
                 f"index gives sample_index {loc.sample_index!r}; the shard has {shard.count} samples: rerun prepare",
@@ -569,8 +569,8 @@ class Dataset(Closeable):
                 return (*self._member_from_headers(name, *kp), True)
             raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
         tar_file_id, offset, size = hit
-        shard = self._shard_of(tar_file_id, name)
-        self._check_range(shard, offset, size, name)
+        shard = self.shard_of(tar_file_id, name)
+        self.check_range(shard, offset, size, name)
         return shard, offset, size, False
 
     def _member_from_headers(self, name: str, key: str, part: str) -> tuple[ShardRef, int, int]:

@@ -68,12 +68,14 @@ _Extra = TypeVar("_Extra")
 @dataclass(frozen=True, slots=True)
 class Node:
     """A folder (``shard`` set for a shard's or a sample's folder, for its mtime), or a member's
-    data: ``size`` bytes at ``offset`` of shard ``shard`` (its ``tar_file_id``)."""
+    data: ``size`` bytes at ``offset`` of shard ``shard`` (its ``tar_file_id``), the member
+    ``name`` (``key.part``, as in the tar) whose headers must say so."""
 
     is_dir: bool
     size: int = 0
     shard: int = -1
     offset: int = 0
+    name: str = ""
 
 
 DIR = Node(True)
@@ -245,7 +247,7 @@ class Tree:
         hit = self.index.part(key, part)
         if hit is None or not view.has(hit[0]) or self._excluded(view, hit[0], key):
             return None
-        return Node(False, size=hit[2], shard=hit[0], offset=hit[1])
+        return Node(False, size=hit[2], shard=hit[0], offset=hit[1], name=f"{key}.{part}")
 
     def _lookup_in(self, view: _View, comps: list[str], path: str) -> Node:
         if not comps:
