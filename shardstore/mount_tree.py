@@ -122,6 +122,18 @@ def _entries(pages: Iterable[Page]) -> Iterator[tuple[str, bool]]:
         yield from zip(blob_names(names) if isinstance(names, bytes) else names, map(bool, dirs), strict=True)
 
 
+def _nameable(pages: Iterable[Page]) -> Iterator[Page]:
+    """``pages`` without the names no directory entry can carry: a key or part name with a NUL
+    in it would list as the pieces around the NUL (phantom entries that do not open). Pages read
+    in C hold none (``_list_flat`` reads such a page in Python)."""
+    for names, dirs in pages:
+        if isinstance(names, bytes) or not any("\x00" in name for name in names):
+            yield names, dirs
+            continue
+        keep = [i for i, name in enumerate(names) if "\x00" not in name]
+        yield [names[i] for i in keep], bytes(dirs[i] for i in keep)
+
+
 def _valid(name: str) -> bool:
     """A name a directory entry can carry."""
     return name not in ("", ".", "..") and "\x00" not in name
@@ -316,9 +328,9 @@ class Tree:
     def _list_in(self, view: _View, rel: str, hide: frozenset[str] = frozenset()) -> Iterator[Page]:
         if self.layout == "flat":
             if not rel and view.shard_order and view.ids:
-                return _paged(self._list_shard(view, flat=True))
-            return self._list_flat(view, rel + "/" if rel else "", hide)
-        return _paged(self._list_samples(view, rel, hide))
+                return _nameable(_paged(self._list_shard(view, flat=True)))
+            return _nameable(self._list_flat(view, rel + "/" if rel else "", hide))
+        return _nameable(_paged(self._list_samples(view, rel, hide)))
 
     def _part_suffixes(self, parts: str) -> tuple[str, ...]:
         """"jpg/txt" -> (".jpg", ".txt"), cached: most samples share one set of part names."""
@@ -370,6 +382,8 @@ class Tree:
         while start is not None:
             if in_c:
                 got = self._c_files(prefix, *start)
+                if got is not None and got[0].count(b"\0") != got[1]:
+                    got = None  # a name with a NUL in it (an Energon index may hold one): Python leaves it out
                 if got is None:
                     in_c = False
                 else:

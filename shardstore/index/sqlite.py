@@ -199,8 +199,10 @@ class ShardRows:
         )
 
     def start(self) -> None:
-        """Forget the previous shard's rows."""
+        """Forget the previous shard's rows (also those of a shard whose scan failed midway)."""
         self.samples = 0
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
         self.db.execute("BEGIN")
         self.db.execute("DELETE FROM samples")
         self.db.execute("DELETE FROM sample_parts")

@@ -107,7 +107,7 @@ class LocalStorage(Storage):
     def stat(self, path: str) -> FileStat:
         try:
             st = os.stat(self._abs(path))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # (a file where a folder was expected: the root)
             raise _not_found(self._abs(path)) from None
         if stat_module.S_ISDIR(st.st_mode):
             raise _not_found(self._abs(path))
