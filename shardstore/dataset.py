@@ -41,6 +41,8 @@ from .samples import Sample
 from .storage import ByteRange, Storage, cache_root, open_storage
 from .tarscan import fill_plain_sample, plain_members, regular_members
 
+#: The most names ``split.yaml``'s brace patterns may expand to when a dataset is opened.
+_MAX_PATTERN_NAMES = 10_000_000
 #: Members bigger than this are read apart from the headers before them (local storage).
 _SEPARATE_HEADER_READ = 64 << 10
 
@@ -110,8 +112,10 @@ class Dataset(Closeable):
             names = self.info.shards
             self.excluded: frozenset[str] = frozenset()
         else:
-            names = self.splits.shards(split)
-            self.excluded = frozenset(self.splits.excluded_samples())
+            # split.yaml's patterns name at most every shard and sample: more is damage (or a bomb)
+            limit = min(len(ids) + sum(self.info.shard_counts.values()), _MAX_PATTERN_NAMES)
+            names = self.splits.shards(split, limit)
+            self.excluded = frozenset(self.splits.excluded_samples(limit))
         missing = [n for n in names if n not in ids]
         if missing:
             raise DatasetNotPreparedError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import errno
 import functools
+import itertools
 import json
 import re
 import uuid
@@ -108,9 +109,19 @@ def tar_idx_path(shard: str) -> str:
     return stem + ".tar.idx"
 
 
-def brace_expand(patterns: Iterable[str]) -> list[str]:
-    """Expand brace patterns (``a-{000..002}.tar``) in order, as the ``braceexpand`` package does."""
-    return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
+def brace_expand(patterns: Iterable[str], limit: int | None = None) -> list[str]:
+    """Expand brace patterns (``a-{000..002}.tar``) in order, as the ``braceexpand`` package does.
+
+    ``limit``: the most names the patterns may give (``ConfigError`` beyond it): a pattern read
+    from a dataset's own files such as ``{0..999999999}`` would otherwise take memory and
+    minutes before any check could see that no such shards exist."""
+    names = itertools.chain.from_iterable(braceexpand.braceexpand(p) for p in patterns)
+    if limit is None:
+        return list(names)
+    out = list(itertools.islice(names, limit + 1))
+    if len(out) > limit:
+        raise ConfigError(f"brace patterns expand to more than {limit} names", path=SPLIT_YAML, member=str(list(patterns))[:200])
+    return out
 
 
 _NUM_RE = re.compile(r"^(.*?)(\d+)(\D*)$")
@@ -185,24 +196,24 @@ class Splits:
     split_parts: dict[str, list[str]]
     exclude: list[str] = field(default_factory=list)
 
-    def shards(self, split: str) -> list[str]:
-        """The split's shards in order, minus excluded shards."""
+    def shards(self, split: str, limit: int | None = None) -> list[str]:
+        """The split's shards in order, minus excluded shards (``limit``: see ``brace_expand``)."""
         if split not in self.split_parts:
             raise ConfigError(
                 f"no split {split!r}; the dataset has {sorted(self.split_parts)}", path=SPLIT_YAML, member=split
             )
-        excluded = set(brace_expand(self.exclude))
-        return [s for s in brace_expand(self.split_parts[split]) if s not in excluded]
+        excluded = set(brace_expand(self.exclude, limit))
+        return [s for s in brace_expand(self.split_parts[split], limit) if s not in excluded]
 
-    def excluded_samples(self) -> set[str]:
+    def excluded_samples(self, limit: int | None = None) -> set[str]:
         """``shard/key`` entries: samples dropped from iteration (they keep their index slot)."""
-        return {e for e in brace_expand(self.exclude) if "/" in e}
+        return {e for e in brace_expand(self.exclude, limit) if "/" in e}
 
 
 def _load_yaml(data: bytes, where: str) -> Any:
     try:
         return yaml.safe_load(data)
-    except yaml.YAMLError as e:
+    except (yaml.YAMLError, RecursionError, ValueError) as e:  # (ValueError: a date like 2024-13-45)
         raise ConfigError(f"invalid YAML: {e}", path=where) from e
 
 
@@ -229,14 +240,29 @@ def read_info(storage: Storage) -> DatasetInfo:
         if data is not None:
             try:
                 raw = parse(data)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
                 raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
-            return DatasetInfo(str(raw.get("energon_version", "unknown")), {str(k): int(v) for k, v in raw["shard_counts"].items()})
+            return DatasetInfo(str(raw.get("energon_version", "unknown")), _shard_counts(raw["shard_counts"], storage.url(path)))
     raise DatasetNotPreparedError(
         f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first", path=storage.url()
     )
+
+
+#: More samples than a shard can hold (each takes at least 1 KiB): a count past it is damage.
+MAX_SHARD_SAMPLES = 1 << 40
+
+
+def _shard_counts(raw: dict[Any, Any], where: str) -> dict[str, int]:
+    """``shard_counts`` checked: each a whole number from 0 to ``MAX_SHARD_SAMPLES`` (a negative,
+    fractional or absurd count would turn positions into nonsense further on)."""
+    counts = {}
+    for name, count in raw.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_SHARD_SAMPLES:
+            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}")
+        counts[str(name)] = count
+    return counts
 
 
 def info_bytes(info: DatasetInfo) -> bytes:
@@ -266,10 +292,19 @@ def read_splits_if_any(storage: Storage, name: str = SPLIT_YAML) -> Splits | Non
             raw = _load_yaml(data, storage.url(path))
             if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
                 raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
-            parts = {str(k): [str(x) for x in (v or [])] for k, v in raw["split_parts"].items()}
-            exclude = [str(x) for x in (raw.get("exclude") or [])]
+            parts = {str(k): _patterns(v, storage.url(path), f"split_parts {k}") for k, v in raw["split_parts"].items()}
+            exclude = _patterns(raw.get("exclude"), storage.url(path), "exclude")
             return Splits(parts, exclude)
     return None
+
+
+def _patterns(value: Any, where: str, member: str) -> list[str]:
+    """A list of shard patterns from ``split.yaml`` (None: empty); anything else is a ``ConfigError``."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or any(isinstance(x, (list, dict)) for x in value):
+        raise ConfigError(f"expected a list of shard patterns, not {value!r:.80}", path=where, member=member)
+    return [str(x) for x in value]
 
 
 def splits_bytes(splits: Splits) -> bytes:

@@ -11,6 +11,7 @@ docs/benchmarks.md). The reader opens the file with
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -20,14 +21,16 @@ import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import DuplicateKeyError, IndexVersionError, StorageError
+from ..errors import DuplicateKeyError, IndexCorruptError, IndexVersionError, StorageError
 from ..keys import SampleBatch, split_name
 from ..resources import Closeable
 
 if TYPE_CHECKING:
     from .names import NameTable
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["IndexWriter", "IndexReader", "ShardRows", "SampleRow", "PartRow", "schema_sql"]
 
@@ -317,6 +320,34 @@ def _name_table_after() -> int:
         return 4096
 
 
+def _index_error(path: str, e: sqlite3.Error) -> IndexCorruptError:
+    return IndexCorruptError(f"index cannot be read: {e} (damaged? rerun prepare)", path=path)
+
+
+def _sql_errors(fn: F) -> F:
+    """``IndexReader`` methods raise ``IndexCorruptError`` naming the file for SQLite's errors (a
+    damaged ``index.sqlite``: "database disk image is malformed", "file is not a database")."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from fn(self, *args, **kwargs)
+            except sqlite3.Error as e:
+                raise _index_error(self.path, e) from e
+
+        return gen  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def call(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise _index_error(self.path, e) from e
+
+    return call  # type: ignore[return-value]
+
+
 class IndexReader(Closeable):
     """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process.
 
@@ -338,8 +369,11 @@ class IndexReader(Closeable):
         self._sql_lookups = 0
         self._table_after = _name_table_after()
         _READERS.add(self)
-        cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
-        tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        try:
+            cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
+            tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.Error as e:
+            raise _index_error(path, e) from e
         if not {"sample_key", "tar_file_id", "sample_index", "byte_offset", "byte_size"} <= cols:
             raise IndexVersionError(
                 f"unknown index layout (samples columns: {sorted(cols)}); this shardstore reads Energon 6.0-7.x indexes",
@@ -369,6 +403,7 @@ class IndexReader(Closeable):
             self._open.add(conn)
         return conn
 
+    @_sql_errors
     def disable_mmap(self) -> None:
         """This thread's connection reads through SQLite's bounded page cache instead of mapping
         the whole file: for long-lived worker threads (a FUSE mount's), where a mapping per thread
@@ -384,9 +419,11 @@ class IndexReader(Closeable):
             cur = self._local.cur = self._conn().cursor()
         return cur
 
+    @_sql_errors
     def count(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM samples").fetchone()[0])
 
+    @_sql_errors
     def locate(self, key: str) -> SampleLocation | None:
         """The sample with ``key``, or None."""
         row = self._cursor().execute(
@@ -394,12 +431,14 @@ class IndexReader(Closeable):
         ).fetchone()
         return SampleLocation(*row) if row else None
 
+    @_sql_errors
     def key_at(self, tar_file_id: int, sample_index: int) -> str | None:
         row = self._conn().execute(
             "SELECT sample_key FROM samples WHERE tar_file_id=? AND sample_index=?", (tar_file_id, sample_index)
         ).fetchone()
         return row[0] if row else None
 
+    @_sql_errors
     def part(self, key: str, part: str) -> tuple[int, int, int] | None:
         """(tar_file_id, data offset, size) of member ``key.part``, or None (also when the index
         has no ``sample_parts``: Energon 6).
@@ -467,6 +506,7 @@ class IndexReader(Closeable):
                     return False
         return True
 
+    @_sql_errors
     def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
         """(part name, data offset, size) of every member of a sample, in tar order."""
         return [
@@ -478,6 +518,7 @@ class IndexReader(Closeable):
             )
         ]
 
+    @_sql_errors
     def iter_samples(
         self, tar_file_id: int | None = None, after: tuple[int, int] = (-1, -1), page: int = 4096
     ) -> Iterator[tuple[str, int, int, int, int]]:
@@ -525,6 +566,7 @@ class IndexReader(Closeable):
                 args.append(json.dumps(list(tar_ids)))
         return sql, args
 
+    @_sql_errors
     def key_page(
         self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 1024
     ) -> list[tuple[str, int, int]]:
@@ -541,6 +583,7 @@ class IndexReader(Closeable):
         "WHERE p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index)"
     )
 
+    @_sql_errors
     def part_page(
         self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 512
     ) -> list[tuple[str, int, str | None]]:
@@ -553,6 +596,7 @@ class IndexReader(Closeable):
             (*args, limit),
         ).fetchall()
 
+    @_sql_errors
     def shard_page(
         self, tar_file_id: int, after: int = -1, limit: int = 512, parts: bool = True
     ) -> list[tuple[str, int, str | None]]:
@@ -565,11 +609,13 @@ class IndexReader(Closeable):
             (tar_file_id, after, limit),
         ).fetchall()
 
+    @_sql_errors
     def has_keys(self, lo: str, hi: str | None, tar_ids: Sequence[int] | None = None) -> bool:
         """True if some sample has ``lo <= key < hi`` (in ``tar_ids``): is ``lo`` a folder prefix?"""
         where, args = self._key_range(lo, hi, False, tar_ids)
         return self._conn().execute(f"SELECT 1 FROM samples WHERE {where} LIMIT 1", args).fetchone() is not None
 
+    @_sql_errors
     def part_counts(self) -> dict[str, int]:
         if not self.has_parts:
             return {}
