@@ -256,10 +256,12 @@ class Dataset(Closeable):
                 raise DatasetNotPreparedError(
                     "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
                 ) from None
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 raise DatasetNotPreparedError(
                     "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
                 ) from None
+            except OSError as e:
+                raise StorageError(f"cannot read: {e.strerror}", path=self.storage.url(rel)) from e
             if len(arr) != shard.count + 1:
                 raise StaleIndexError(
                     f".tar.idx has {len(arr) - 1} samples, .info.json says {shard.count}: rerun prepare",
@@ -521,7 +523,10 @@ class Dataset(Closeable):
         if not isinstance(key, str):
             return False
         loc = self.index.locate(key)
-        return loc is not None and f"{self.info.shards[loc.tar_file_id]}/{key}" not in self.excluded
+        if loc is None:
+            return False
+        shard = self.shard_of(loc.tar_file_id, key)  # IndexCorruptError for a row naming no shard
+        return f"{shard.name}/{key}" not in self.excluded
 
     def keys(self) -> Iterator[str]:
         """Keys of the split's samples in position order, excluded ones left out: the order in which
@@ -544,8 +549,15 @@ class Dataset(Closeable):
                 for cut in [i for i, c in enumerate(entry) if c == "/"]:  # shard names contain '/' too
                     shard, key = entry[:cut], entry[cut + 1 :]
                     loc = self.index.locate(key) if shard in in_split else None
-                    if loc is not None and self.info.shards[loc.tar_file_id] == shard:
-                        found.add(self._starts[self._by_id[loc.tar_file_id]] + loc.sample_index)
+                    k = self._by_id.get(loc.tar_file_id) if loc is not None else None
+                    if loc is not None and k is not None and self.shards[k].name == shard:
+                        if not (isinstance(loc.sample_index, int) and 0 <= loc.sample_index < self.shards[k].count):
+                            raise IndexCorruptError(
+                                f"index gives sample_index {loc.sample_index!r}; the shard has {self.shards[k].count} samples",
+                                path=self.storage.url(shard),
+                                member=key,
+                            )
+                        found.add(self._starts[k] + loc.sample_index)
             self._excluded_positions = sorted(found)
         return self._excluded_positions
 
