@@ -406,7 +406,8 @@ def _check_shard(
     try:
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
-        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end)
+        local = storage.local_path("") is not None
+        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end, local)
         if why is not None:
             problems.add(Problem("shard", storage.url(shard), why))
             shard_ok = False

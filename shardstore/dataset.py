@@ -278,7 +278,8 @@ class Dataset(Closeable):
         if shard.tar_file_id in self._checked:
             return
         stat = self.storage.stat(shard.name)
-        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]))
+        local = self.storage.local_path("") is not None
+        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]), local)
         if why is not None:
             raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
         self._checked[shard.tar_file_id] = stat.size

@@ -432,13 +432,14 @@ def shardstore_json_bytes(stats: Mapping[str, FileStat]) -> bytes:
 _REPREPARE = "rerun `shardstore prepare --force-overwrite`"
 
 
-def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int) -> str | None:
+def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int, local: bool = False) -> str | None:
     """Why a shard no longer matches its index, or None when it still does.
 
     ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, its
-    ETag when both it and ``stat`` have one, and otherwise (local files) its mtime must be what
-    prepare saw: a same-size rewrite changes the mtime (a copy that keeps mtimes, ``cp -p`` or
-    ``rsync -t``, still reads). Either way the shard must reach ``idx_end``, the last offset of its
+    ETag when both it and ``stat`` have one, and for a ``local`` shard prepared locally (no ETag
+    recorded) its mtime must be what prepare saw: a same-size rewrite changes the mtime (a copy
+    that keeps mtimes, ``cp -p`` or ``rsync -t``, still reads). Mtimes are not compared across
+    storages: a dataset prepared locally and uploaded to S3 (or the reverse) keeps reading. Either way the shard must reach ``idx_end``, the last offset of its
     ``.tar.idx``: that is the only check left for a dataset Energon prepared. The reason names
     both values and what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with
     this one rule.
@@ -448,7 +449,14 @@ def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int)
     if recorded is not None and stat.etag and recorded.get("etag"):
         if stat.etag != recorded["etag"]:
             return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
-    elif recorded is not None and stat.mtime is not None and isinstance(recorded.get("mtime"), (int, float)):
+    elif (
+        local
+        and recorded is not None
+        and not recorded.get("etag")
+        and stat.etag is None
+        and stat.mtime is not None
+        and isinstance(recorded.get("mtime"), (int, float))
+    ):
         if stat.mtime != recorded["mtime"]:
             return (
                 f"shard was modified (mtime {stat.mtime!r}, was {recorded['mtime']!r} at prepare; same size: "
