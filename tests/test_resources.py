@@ -47,12 +47,29 @@ for i in range(n):
             assert ds.read_file(sample["__key__"] + ".txt") == sample["txt"]
             assert IndexedTarStore(path)[sample["__key__"] + ".json"] == sample["json"]
         del ds, sample
+for i in range(n // 20):  # metadatasets: their sources' datasets and aux stores
+    md = shardstore.open_metadataset(os.path.join(path, "meta.yaml"))
+    sample = next(iter(md.iter(seed=i)))
+    assert sample.aux["media"][sample["__key__"] + ".txt"] == sample["txt"]
+    if mode == "close":
+        md.close()
+    del md, sample
 after = len(os.listdir("/proc/self/fd"))
 print(before, after)
 """
 
 
+META = """__module__: megatron.energon
+__class__: MetadatasetV2
+splits:
+  train:
+    blend:
+      - {weight: 1, path: ., aux: {media: .}}
+"""
+
+
 def _loop(path: Path, n: int, mode: str) -> tuple[int, int]:
+    (path / "meta.yaml").write_text(META)
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(path), str(n), mode], capture_output=True, text=True, timeout=300
     )
