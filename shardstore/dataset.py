@@ -30,12 +30,11 @@ from .errors import (
     SampleNotFoundError,
     StaleIndexError,
     StorageError,
-    TarFormatError,
 )
 from .index.sqlite import IndexReader, SampleLocation
 from .index.taridx import load_offsets
 from .keys import split_name
-from .membercheck import HEADER_SPAN, header_names_member
+from .member_reads import MemberReads
 from .resources import Closeable
 from .samples import Sample
 from .storage import ByteRange, Storage, cache_root, open_storage
@@ -43,8 +42,6 @@ from .tarscan import fill_plain_sample, plain_members, regular_members
 
 #: The most names ``split.yaml``'s brace patterns may expand to when a dataset is opened.
 _MAX_PATTERN_NAMES = 10_000_000
-#: Members bigger than this are read apart from the headers before them (local storage).
-_SEPARATE_HEADER_READ = 64 << 10
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -69,7 +66,7 @@ class SampleRef:
     key: str | None = None  # the key the index gives, for a sample located by key
 
 
-class Dataset(Closeable):
+class Dataset(MemberReads, Closeable):
     """A prepared dataset's split, read from local disk or any fsspec URL.
 
     Use ``shardstore.open(url, split=...)``, best in a ``with`` block. Thread-safe; safe to pass
@@ -314,6 +311,15 @@ class Dataset(Closeable):
                 offset=offset if isinstance(offset, int) else None,
             )
 
+    def _check_sample_index(self, shard: ShardRef, sample_index: int, key: str) -> None:
+        """``IndexCorruptError`` unless an index row's ``sample_index`` is a sample of ``shard``."""
+        if not (isinstance(sample_index, int) and 0 <= sample_index < shard.count):
+            raise IndexCorruptError(
+                f"index gives sample_index {sample_index!r}; the shard has {shard.count} samples: rerun prepare",
+                path=self.storage.url(shard.name),
+                member=key,
+            )
+
     # ----- positions ------------------------------------------------------------------------
     def __len__(self) -> int:
         return self._starts[-1]
@@ -356,12 +362,7 @@ class Dataset(Closeable):
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
         shard = self.shard_of(loc.tar_file_id, key)
         self.check_range(shard, loc.offset, loc.size, key)
-        if not (isinstance(loc.sample_index, int) and 0 <= loc.sample_index < shard.count):
-            raise IndexCorruptError(
-                f"index gives sample_index {loc.sample_index!r}; the shard has {shard.count} samples: rerun prepare",
-                path=self.storage.url(shard.name),
-                member=key,
-            )
+        self._check_sample_index(shard, loc.sample_index, key)
         k = self._by_id.get(loc.tar_file_id)
         return shard, (None if k is None else self._starts[k] + loc.sample_index), loc
 
@@ -552,99 +553,10 @@ class Dataset(Closeable):
                     loc = self.index.locate(key) if shard in in_split else None
                     k = self._by_id.get(loc.tar_file_id) if loc is not None else None
                     if loc is not None and k is not None and self.shards[k].name == shard:
-                        if not (isinstance(loc.sample_index, int) and 0 <= loc.sample_index < self.shards[k].count):
-                            raise IndexCorruptError(
-                                f"index gives sample_index {loc.sample_index!r}; the shard has {self.shards[k].count} samples",
-                                path=self.storage.url(shard),
-                                member=key,
-                            )
+                        self._check_sample_index(self.shards[k], loc.sample_index, key)
                         found.add(self._starts[k] + loc.sample_index)
             self._excluded_positions = sorted(found)
         return self._excluded_positions
-
-    def member_range(self, name: str) -> tuple[str, ByteRange]:
-        """(shard, data range) of member ``key.part``, checked as ``read_file`` checks it (the
-        shard unchanged, the range inside it, the member there the one named)."""
-        shard, offset, size, verified = self.locate_member(name)
-        if not verified:
-            pre = min(offset, HEADER_SPAN)
-            self.verify_member(shard, name, offset, size, self.storage.read_at(shard.name, offset - pre, pre))
-        return shard.name, ByteRange(offset, size)
-
-    def locate_member(self, name: str) -> tuple[ShardRef, int, int, bool]:
-        """(shard, data offset, size, verified) of member ``key.part``: one lookup by name (the
-        name table or an indexed query, ``IndexReader.member``), its shard checked and the range
-        inside it. ``verified``: found by parsing its sample's headers (Energon 6 indexes), so
-        ``verify_member`` has nothing left to show."""
-        if not isinstance(name, str):
-            raise TypeError(f"member names are str, not {type(name).__name__}")
-        index = self.index
-        hit = index.member(name)
-        if hit is None:
-            kp = split_name(name) if not index.has_parts else None
-            if kp:
-                return (*self._member_from_headers(name, *kp), True)
-            raise SampleNotFoundError(f"no member {name!r}", path=self.url, member=name)
-        tar_file_id, offset, size = hit
-        shard = self.shard_of(tar_file_id, name)
-        self.check_range(shard, offset, size, name)
-        return shard, offset, size, False
-
-    def _member_from_headers(self, name: str, key: str, part: str) -> tuple[ShardRef, int, int]:
-        """(shard, data offset, size) of a member found in its sample's tar headers: for Energon 6
-        indexes (no ``sample_parts``), and to settle what ``verify_member`` could not show. A
-        part repeated in one sample is its last copy, as in ``get`` (and Energon's sample reader)."""
-        ref = self._locate_key(key)
-        data = self.storage.read_range(ref.shard.name, ref.range)
-        found = None
-        for member, start, size in regular_members(data, self.storage.url(ref.shard.name)):
-            if split_name(member) == (key, part):
-                found = (ref.shard, ref.range.offset + start, size)
-        if found is None:
-            raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
-        return found
-
-    def verify_member(self, shard: ShardRef, name: str, offset: int, size: int, span: bytes) -> None:
-        """``StaleIndexError`` unless member ``name`` (``size`` bytes) still has its data at
-        ``offset`` of ``shard``: shown by ``span``, the bytes just before it (``membercheck``), or
-        failing that by its sample's headers (one more read, only then)."""
-        if header_names_member(span, name.encode("utf-8", "surrogateescape"), size):
-            return
-        kp = split_name(name)
-        try:
-            found = self._member_from_headers(name, *kp) if kp else None
-        except (SampleNotFoundError, TarFormatError):
-            found = None
-        if found is None or found[1:] != (offset, size):
-            raise StaleIndexError(
-                f"the index puts member {name!r} ({size} bytes) here, the shard's headers do not: "
-                "the shard changed since prepare; rerun prepare",
-                path=self.storage.url(shard.name),
-                member=name,
-                offset=offset,
-            )
-
-    def read_member(self, shard: ShardRef, name: str, offset: int, size: int) -> bytes:
-        """The payload of member ``name`` from an index row (shard and range already checked),
-        with ``HEADER_SPAN`` bytes before it to ``verify_member``: one read, or for big local
-        members a small one more (copying a big payload out of a bigger read costs more)."""
-        pre = min(offset, HEADER_SPAN)
-        if size > _SEPARATE_HEADER_READ and self.storage.local_path("") is not None:
-            span = self.storage.read_at(shard.name, offset - pre, pre)
-            data = self.storage.read_at(shard.name, offset, size)
-        else:
-            both = self.storage.read_at(shard.name, offset - pre, pre + size)
-            span, data = both[:pre], both[pre:]
-        self.verify_member(shard, name, offset, size, span)
-        return data
-
-    def read_file(self, name: str) -> bytes:
-        """The bytes of one member, ``key.part``: its payload, and the headers just before it
-        that show it is the member named (``verify_member``)."""
-        shard, offset, size, verified = self.locate_member(name)
-        if verified:
-            return self.storage.read_at(shard.name, offset, size)
-        return self.read_member(shard, name, offset, size)
 
     def get_many(self, items: Iterable[int | str]) -> list[Any]:
         """Samples for positions or keys, in the order asked; ranges merged and read concurrently."""
