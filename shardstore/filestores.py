@@ -166,7 +166,7 @@ class IndexedTarStore(FileStore):
         out = []
         for name, (shard, offset, size, verified), pre, data in zip(names, hits, pres, datas, strict=True):
             if not verified:
-                self.dataset.verify_member(shard, name, offset, size, data[:pre])
+                self.dataset.verify_member(shard, name, offset, size, data, pre)
             out.append(data[pre:])
         return out
 

@@ -56,14 +56,27 @@ def _pax_records(data: bytes) -> dict[bytes, bytes] | None:
     return out
 
 
-def header_names_member(span: bytes, name: bytes, size: int) -> bool:
-    """True when the headers that end ``span`` (the bytes just before a member's data, up to
-    ``HEADER_SPAN`` of them) describe a regular file called ``name`` (the member's name as in the
-    tar, encoded as the index encodes it) of ``size`` bytes. False means "not shown here", not
-    "wrong": the caller then checks the sample's headers."""
-    if len(span) < _BLOCK:
+def header_names_member(buf: bytes, end: int, name: bytes, size: int) -> bool:
+    """True when the headers that end at ``end`` of ``buf`` (where the member's data starts; up to
+    ``HEADER_SPAN`` bytes before it) describe a regular file called ``name`` (the member's name as
+    in the tar, encoded as the index encodes it) of ``size`` bytes. False means "not shown here",
+    not "wrong": the caller then checks the sample's headers."""
+    h = end - _BLOCK
+    if h < 0:
         return False
-    hdr = span[-_BLOCK:]
+    n = len(name)
+    # The common case first, without slicing: a plain ustar header, the name in its name field
+    # (no prefix), the size as tarfile and GNU tar write it.
+    if (
+        n < 100
+        and buf[h + n] == 0
+        and buf.startswith(name, h)
+        and buf[h + 345] == 0
+        and buf[h + 156] in _REGULAR
+        and buf[h + 124 : h + 136] == b"%011o\0" % size
+    ):
+        return True
+    hdr = buf[h:end]
     if hdr[156] not in _REGULAR:
         return False
     ustar_name = _cstr(hdr[0:100])
@@ -74,9 +87,9 @@ def header_names_member(span: bytes, name: bytes, size: int) -> bool:
     header_size = _number(hdr[124:136])
     if ustar_name == name and header_size == size:
         return True
-    if len(span) < 3 * _BLOCK:
+    if h < 2 * _BLOCK:
         return False
-    ext, ext_data = span[-3 * _BLOCK : -2 * _BLOCK], span[-2 * _BLOCK : -_BLOCK]
+    ext, ext_data = buf[h - 2 * _BLOCK : h - _BLOCK], buf[h - _BLOCK : h]
     ext_size = _number(ext[124:136])
     if ext_size is None or ext_size > _BLOCK:
         return False
