@@ -105,14 +105,15 @@ class Dataset(MemberReads, Closeable):
         self.allow_pickle = allow_pickle
         self.field_map = field_map
         ids = {name: i for i, name in enumerate(self.info.shard_counts)}
+        #: The most names split.yaml's brace patterns may expand to: every shard and sample at most
+        #: (more is damage, or a bomb such as ``{0..999999999}``); pass it to ``Splits`` methods.
+        self.pattern_limit = min(len(ids) + sum(self.info.shard_counts.values()), _MAX_PATTERN_NAMES)
         if split is None or self.splits is None:
             names = self.info.shards
             self.excluded: frozenset[str] = frozenset()
         else:
-            # split.yaml's patterns name at most every shard and sample: more is damage (or a bomb)
-            limit = min(len(ids) + sum(self.info.shard_counts.values()), _MAX_PATTERN_NAMES)
-            names = self.splits.shards(split, limit)
-            self.excluded = frozenset(self.splits.excluded_samples(limit))
+            names = self.splits.shards(split, self.pattern_limit)
+            self.excluded = frozenset(self.splits.excluded_samples(self.pattern_limit))
         missing = [n for n in names if n not in ids]
         if missing:
             raise DatasetNotPreparedError(

@@ -166,9 +166,9 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     excluded = {"shards": 0, "samples": 0}
     if ds.splits is not None:
         for name in ds.splits.split_parts:
-            shards = [s for s in ds.splits.shards(name) if s in counts]
+            shards = [s for s in ds.splits.shards(name, ds.pattern_limit) if s in counts]
             splits[name] = {"shards": len(shards), "samples": sum(counts[s] for s in shards)}
-        expanded = nvmeta.brace_expand(ds.splits.exclude)
+        expanded = nvmeta.brace_expand(ds.splits.exclude, ds.pattern_limit)
         excluded = {
             "shards": sum(1 for e in expanded if e in counts),
             "samples": sum(1 for e in expanded if e not in counts and _names_sample(e, counts)),

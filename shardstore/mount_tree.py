@@ -201,9 +201,9 @@ class Tree:
         self.root = _View(None)
         self.splits: dict[str, _View] = {}
         if dataset.splits is not None:
-            excluded = frozenset(dataset.splits.excluded_samples())
+            excluded = frozenset(dataset.splits.excluded_samples(dataset.pattern_limit))
             for name in dataset.splits.split_parts:
-                ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name) if s in self.shard_ids)
+                ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name, dataset.pattern_limit) if s in self.shard_ids)
                 self.splits[name] = _View(ids, excluded)
         self._suffixes: dict[str, tuple[str, ...]] = {}
         self._c_names: threading.local | None = threading.local() if _fast is not None else None

@@ -116,7 +116,9 @@ def brace_expand(patterns: Iterable[str], limit: int | None = None) -> list[str]
     gigabytes (``braceexpand`` builds every range as a tuple) before any check could run."""
     patterns = list(patterns)
     if limit is not None:
-        size = sum(expansion_size(p) for p in patterns)
+        from nv_meta_schema import brace_count  # (imported when a dataset's own patterns are read)
+
+        size = sum(brace_count(p) for p in patterns)
         if size > limit:
             raise ConfigError(
                 f"brace patterns expand to {size} names, more than the {limit} this dataset can have",
@@ -127,48 +129,6 @@ def brace_expand(patterns: Iterable[str], limit: int | None = None) -> list[str]
         return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
     except ValueError as e:  # braceexpand.UnbalancedBracesError
         raise ConfigError(f"invalid brace pattern: {e}", path=SPLIT_YAML) from e
-
-
-_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
-_CHAR_RANGE = re.compile(r"^[A-Za-z]\.\.[A-Za-z](?:\.\.-?\d+)?$")
-
-
-def expansion_size(pattern: str) -> int:
-    """How many names ``braceexpand`` makes of ``pattern``, counted without making them: a
-    sequence multiplies, a group ``{a,b}`` adds its alternatives, a range ``{x..y..s}`` counts
-    its steps (an upper bound for malformed patterns, which braceexpand keeps literally)."""
-    stack: list[tuple[int, int, int, bool]] = []  # open groups: (alternatives so far, outer product, start, comma seen)
-    cur = 1
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            stack.append((0, cur, i, False))
-            cur = 1
-        elif c == "," and stack:
-            alts, outer, start, _ = stack[-1]
-            stack[-1] = (alts + cur, outer, start, True)
-            cur = 1
-        elif c == "}" and stack:
-            alts, outer, start, comma = stack.pop()
-            body = pattern[start + 1 : i]
-            m = None if comma else _INT_RANGE.match(body)
-            if m is not None:
-                lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1) or 1
-                size = abs(hi - lo) // abs(step) + 1
-            elif not comma and _CHAR_RANGE.match(body):
-                size = 58  # at most 'A'..'z'
-            else:
-                size = alts + cur
-            cur = outer * size
-        i += 1
-    while stack:  # unclosed groups: count them as if closed (an upper bound)
-        alts, outer, _, _ = stack.pop()
-        cur = outer * (alts + cur)
-    return cur
 
 
 _NUM_RE = re.compile(r"^(.*?)(\d+)(\D*)$")

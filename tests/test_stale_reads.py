@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import os
 import sqlite3
+import subprocess
+import sys
 import tarfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -254,3 +256,37 @@ def test_corrupt_tar_file_id_in_a_member_row(ds_path: Path) -> None:
         shardstore.open(str(ds_path)).read_file("k0.txt")
     code, err, _ = cat(ds_path, "k0.txt")
     assert code == 1 and "tar_file_id 99" in err
+
+
+CLI_IN_A_BOX = r"""
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a regression is a MemoryError, not the OOM killer
+from shardstore.cli import main
+main(sys.argv[1:])
+"""
+
+
+@pytest.mark.parametrize(
+    "split_yaml",
+    [
+        "split_parts: {train: ['parts/{0..999999999}.tar']}\nexclude: []\n",
+        "split_parts: {train: ['parts/a.tar']}\nexclude: ['parts/a.tar/{0..99999999999}']\n",
+        "split_parts: {train: 5}\n",
+        "split_parts: {train: ['parts/{a.tar']}\n",
+    ],
+    ids=["shard-bomb", "exclude-bomb", "not-a-list", "unbalanced"],
+)
+def test_split_yaml_bombs_and_types_through_the_cli(ds_path: Path, split_yaml: str) -> None:
+    """A brace pattern naming a billion shards is refused before it is expanded (it used to take
+    gigabytes), by every command; other damage is a one-line error too."""
+    (ds_path / ".nv-meta/split.yaml").write_text(split_yaml)
+    for args in (["info"], ["ls", "--split", "train"], ["preview", "--split", "train"], ["check"], ["cat"]):
+        cmd = [sys.executable, "-c", CLI_IN_A_BOX, *args, str(ds_path)] + (["k0.bin"] if args == ["cat"] else [])
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr, (args, res.stderr[-800:])
+        if args == ["cat"] and res.returncode == 0:  # no split needed: the bytes, or a one-line error below
+            assert res.stdout.encode() == payload("k0", "bin")
+        elif args == ["check"]:
+            assert res.returncode == 1 and "split.yaml" in res.stdout
+        else:
+            assert res.returncode == 1 and res.stderr.startswith("shardstore: error: ") and res.stderr.count("\n") == 1, (args, res.stderr)
