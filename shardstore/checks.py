@@ -24,7 +24,7 @@ import numpy as np
 import yaml
 
 from . import nvmeta
-from .errors import ConfigError, ShardstoreError, StorageError, place_message
+from .errors import ConfigError, IndexCorruptError, ShardstoreError, StorageError, place_message
 from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .keys import group_batches, member_name
@@ -64,14 +64,26 @@ class IndexRows:
 
     def __init__(self, index: IndexReader) -> None:
         uri = f"file:{urllib.parse.quote(os.path.abspath(index.path))}?mode=ro&immutable=1"
+        self.path = index.path
         self.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
         self.has_parts = index.has_parts
 
     def samples(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.SAMPLES, (tid,)))
+        return _Peek(self._rows(self.SAMPLES, tid, 1))
 
     def parts(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.PARTS, (tid,)) if self.has_parts else iter(()))
+        return _Peek(self._rows(self.PARTS, tid, 0) if self.has_parts else iter(()))
+
+    def _rows(self, sql: str, tid: int, col: int) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``sql`` for shard ``tid``; ``IndexCorruptError`` for a ``sample_index``
+        (column ``col``) that is not an integer or for a damaged file, instead of a bare error."""
+        try:
+            for row in self.db.execute(sql, (tid,)):
+                if type(row[col]) is not int:
+                    raise IndexCorruptError(f"a row of shard {tid} has sample_index {row[col]!r}: rerun prepare", path=self.path)
+                yield row
+        except sqlite3.Error as e:
+            raise IndexCorruptError(f"index cannot be read: {e}", path=self.path) from e
 
     def close(self) -> None:
         self.db.close()

@@ -371,8 +371,13 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
         raw = json.loads(data)
         version, shards = int(raw.get("format", 1)), dict(raw["shards"])
         recorded = {str(k): dict(v) for k, v in shards.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
+    for name, entry in recorded.items():
+        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,))):
+            value = entry.get(key)
+            if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and value < 0)):
+                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
     if version > SHARDSTORE_FORMAT:
         raise IndexVersionError(
             f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "

@@ -2,7 +2,7 @@
 small prepared dataset at a time (``.tar.idx`` bytes and values, ``index.sqlite`` rows and bytes,
 ``.info.json`` and ``shardstore.json``, ``split.yaml``) and reads it through every reader path:
 ``open``, ``len``, ``ds[i]``, iteration, ``get``, ``get_many``, ``read_file``, ``keys``, ``in``,
-excluded positions, ``cat`` and an aux store. Only typed errors (``ShardstoreError`` subclasses)
+excluded positions, ``info``, ``ls``, ``cat`` and an aux store. Only typed errors (``ShardstoreError`` subclasses)
 may escape, never another exception, a crash or a hang (the timeout below, and Hypothesis'
 deadline per case); and whatever a read returns is bytes of the member or sample it names.
 
@@ -153,6 +153,8 @@ def read_everything(root: Path) -> None:
         if ds is not None:
             with ds:
                 _read_dataset(ds, full=split is not None)
+    _typed(lambda: inspection.info(url))
+    _typed(lambda: list(inspection.ls(url, split="train")))
     out = io.BytesIO()
     if _typed(lambda: inspection.cat(url, "b0.bin", out)) is not None:
         assert out.getvalue() == payload("b0", "bin")
