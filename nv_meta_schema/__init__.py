@@ -27,7 +27,7 @@ from typing import Any
 import braceexpand
 import yaml
 
-__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "tables_sql", "optional_tables_sql", "validate", "detect_layout"]
+__all__ = ["Problem", "Layout", "LAYOUTS", "schema", "sql", "tables_sql", "optional_tables_sql", "validate", "detect_layout", "brace_count"]
 
 META_DIR = ".nv-meta"
 
@@ -283,6 +283,48 @@ def _schema_problems(rel: str, doc: Any, name: str) -> list[Problem]:
     return out
 
 
+_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")
+_CHAR_RANGE = re.compile(r"^[A-Za-z]\.\.[A-Za-z](?:\.\.-?\d+)?$")
+
+
+def brace_count(pattern: str) -> int:
+    """How many names ``braceexpand`` makes of ``pattern``, counted without making them: a
+    sequence multiplies, a group ``{a,b}`` adds its alternatives, a range ``{x..y..s}`` counts
+    its steps (an upper bound for malformed patterns, which braceexpand keeps literally)."""
+    stack: list[tuple[int, int, int, bool]] = []  # open groups: (alternatives so far, outer product, start, comma seen)
+    cur = 1
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append((0, cur, i, False))
+            cur = 1
+        elif c == "," and stack:
+            alts, outer, start, _ = stack[-1]
+            stack[-1] = (alts + cur, outer, start, True)
+            cur = 1
+        elif c == "}" and stack:
+            alts, outer, start, comma = stack.pop()
+            body = pattern[start + 1 : i]
+            m = None if comma else _INT_RANGE.match(body)
+            if m is not None:
+                lo, hi, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1) or 1
+                size = abs(hi - lo) // abs(step) + 1
+            elif not comma and _CHAR_RANGE.match(body):
+                size = 58  # at most 'A'..'z'
+            else:
+                size = alts + cur
+            cur = outer * size
+        i += 1
+    while stack:  # unclosed groups: count them as if closed (an upper bound)
+        alts, outer, _, _ = stack.pop()
+        cur = outer * (alts + cur)
+    return cur
+
+
 def _expand(patterns: Iterable[str]) -> list[str]:
     return [name for p in patterns for name in braceexpand.braceexpand(p)]
 
@@ -319,6 +361,18 @@ def _validate_split(root: str, shard_counts: dict[str, int] | None) -> list[Prob
     problems = _schema_problems(rel, doc, "split")
     if problems or shard_counts is None:
         return problems
+    limit = len(shard_counts) + sum(c for c in shard_counts.values() if isinstance(c, int))
+    for what, patterns in [*doc["split_parts"].items(), ("exclude", doc.get("exclude") or [])]:
+        count = sum(brace_count(p) for p in patterns)
+        if count > limit:  # never expanded: `{0..999999999}` would take gigabytes
+            problems.append(Problem(rel, f"{what}: patterns expand to {count} names, more than the dataset's shards and samples"))
+    if problems:
+        return problems
+    try:
+        for patterns in [*doc["split_parts"].values(), doc.get("exclude") or []]:
+            _expand(patterns)
+    except ValueError as e:  # braceexpand.UnbalancedBracesError
+        return [Problem(rel, f"invalid brace pattern: {e}")]
     for split, patterns in doc["split_parts"].items():
         unknown = [s for s in _expand(patterns) if s not in shard_counts]
         if unknown:

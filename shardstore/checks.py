@@ -28,6 +28,7 @@ from . import metaswap, nvmeta
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
+    IndexCorruptError,
     PrepareLockedError,
     ShardstoreError,
     StorageError,
@@ -73,14 +74,26 @@ class IndexRows:
 
     def __init__(self, index: IndexReader) -> None:
         uri = f"file:{urllib.parse.quote(os.path.abspath(index.path))}?mode=ro&immutable=1"
+        self.path = index.path
         self.db = sqlite3.connect(uri, uri=True, check_same_thread=False)
         self.has_parts = index.has_parts
 
     def samples(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.SAMPLES, (tid,)))
+        return _Peek(self._rows(self.SAMPLES, tid, 1))
 
     def parts(self, tid: int) -> _Peek:
-        return _Peek(self.db.execute(self.PARTS, (tid,)) if self.has_parts else iter(()))
+        return _Peek(self._rows(self.PARTS, tid, 0) if self.has_parts else iter(()))
+
+    def _rows(self, sql: str, tid: int, col: int) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``sql`` for shard ``tid``; ``IndexCorruptError`` for a ``sample_index``
+        (column ``col``) that is not an integer or for a damaged file, instead of a bare error."""
+        try:
+            for row in self.db.execute(sql, (tid,)):
+                if type(row[col]) is not int:
+                    raise IndexCorruptError(f"a row of shard {tid} has sample_index {row[col]!r}: rerun prepare", path=self.path)
+                yield row
+        except sqlite3.Error as e:
+            raise IndexCorruptError(f"index cannot be read: {e}", path=self.path) from e
 
     def close(self) -> None:
         self.db.close()
@@ -499,7 +512,8 @@ def _check_shard(
     try:
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
-        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end)
+        local = storage.local_path("") is not None
+        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end, local)
         if why is not None:
             problems.add(Problem("shard", storage.url(shard), why))
             shard_ok = False

@@ -23,7 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(fn: F) -> F:
-    """Turn library errors into ``shardstore: <message>`` on stderr and exit code 1."""
+    """Turn library errors into ``shardstore: <message>`` on stderr and exit code 1 (Ctrl-C: exit
+    code 130 and ``shardstore: interrupted``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -35,6 +36,9 @@ def handle_errors(fn: F) -> F:
         except BrokenPipeError:  # `shardstore ls | head`
             sys.stderr.close()
             sys.exit(0)
+        except KeyboardInterrupt:  # Ctrl-C: the shell's convention, 128 + SIGINT, and one line
+            click.echo("shardstore: interrupted", err=True)
+            sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import errno
 import hashlib
+import operator
 import os
 import tempfile
 import threading
@@ -25,14 +26,17 @@ from . import nvmeta
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
+    IndexCorruptError,
     SampleNotFoundError,
     ShardstoreError,
     StaleIndexError,
     StorageError,
 )
 from .index.sqlite import IndexReader, SampleLocation
-from .index.taridx import read_offsets
+from .index.taridx import load_offsets
 from .keys import split_name
+from .member_reads import MemberReads
+from .resources import Closeable
 from .samples import Sample
 from .snapshot import PinnedLocalStorage, open_dataset_storage
 from .storage import ByteRange, Storage, cache_root
@@ -40,6 +44,9 @@ from .tarscan import fill_plain_sample, plain_members, regular_members
 
 if TYPE_CHECKING:
     from .media import MediaMetadata
+
+#: The most names ``split.yaml``'s brace patterns may expand to when a dataset is opened.
+_MAX_PATTERN_NAMES = 10_000_000
 
 __all__ = ["Dataset", "ShardRef", "open", "SampleRef"]
 
@@ -61,6 +68,7 @@ class SampleRef:
     index: int
     range: ByteRange
     position: int | None
+    key: str | None = None  # the key the index gives, for a sample located by key
 
 
 #: Attempts at pinning a generation that a re-prepare keeps deleting under the open.
@@ -91,11 +99,13 @@ def _open_generation(url: str, storage_options: dict[str, Any] | None) -> tuple[
     raise AssertionError("unreachable")
 
 
-class Dataset:
+class Dataset(MemberReads, Closeable):
     """A prepared dataset's split, read from local disk or any fsspec URL.
 
-    Use ``shardstore.open(url, split=...)``. Thread-safe; safe to pass to forked or spawned
-    worker processes (connections and file descriptors are reopened there).
+    Use ``shardstore.open(url, split=...)``, best in a ``with`` block. Thread-safe; safe to pass
+    to forked or spawned worker processes (connections and file descriptors are reopened there).
+    ``close()`` releases descriptors, maps and index connections at once (dropping the last
+    reference does too); a later read opens what it needs again.
     """
 
     def __init__(
@@ -132,12 +142,15 @@ class Dataset:
         self.trust_dataset_code = trust_dataset_code
         self.field_map = field_map
         ids = {name: i for i, name in enumerate(self.info.shard_counts)}
+        #: The most names split.yaml's brace patterns may expand to: every shard and sample at most
+        #: (more is damage, or a bomb such as ``{0..999999999}``); pass it to ``Splits`` methods.
+        self.pattern_limit = min(len(ids) + sum(self.info.shard_counts.values()), _MAX_PATTERN_NAMES)
         if split is None or self.splits is None:
             names = self.info.shards
             self.excluded: frozenset[str] = frozenset()
         else:
-            names = self.splits.shards(split)
-            self.excluded = frozenset(self.splits.excluded_samples())
+            names = self.splits.shards(split, self.pattern_limit)
+            self.excluded = frozenset(self.splits.excluded_samples(self.pattern_limit))
         missing = [n for n in names if n not in ids]
         if missing:
             raise DatasetNotPreparedError(
@@ -151,7 +164,9 @@ class Dataset:
             self._starts.append(self._starts[-1] + s.count)
         self._prepared: dict[str, dict[str, Any]] | None = None  # see ``_sizes``
         self._offsets: dict[int, np.ndarray] = {}
-        self._checked: set[int] = set()
+        #: tar_file_id -> the shard's size, for shards that passed ``check_shard``: every byte
+        #: range from the index is checked against it before a read.
+        self._checked: dict[int, int] = {}
         self._index: IndexReader | None = pinned_index
         self._lock = threading.Lock()
         self._excluded_positions: list[int] | None = None
@@ -160,7 +175,7 @@ class Dataset:
         """Pickle cheaply (spawned DataLoader workers): metadata only; memory maps, connections,
         locks and per-process caches are rebuilt lazily on the other side."""
         state = self.__dict__.copy()
-        state.update(_offsets={}, _index=None, _checked=set(), _prepared=None)
+        state.update(_offsets={}, _index=None, _checked={}, _prepared=None)
         state.pop("_lock", None)
         state.pop("_sample_plan", None)  # decode.py's cache; may hold unpicklable callables
         state.pop("_media", None)  # media_metadata's connection, reopened on use
@@ -170,6 +185,16 @@ class Dataset:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Release the shards' descriptors, the ``.tar.idx`` arrays and every thread's index
+        connection now (call it when no read is in flight). Reading again reopens them."""
+        with self._lock:
+            index, self._index = self._index, None
+            self._offsets = {}
+        if index is not None:
+            index.close()
+        self.storage.close()
 
     # ----- metadata -------------------------------------------------------------------------
     @property
@@ -286,17 +311,19 @@ class Dataset:
         if arr is None:
             rel = nvmeta.tar_idx_path(shard.name)
             try:
-                arr = read_offsets(self._local_copy(rel))
+                arr = load_offsets(self._local_copy(rel), self.storage.url(rel))
             except StorageError as e:
                 if e.errno != errno.ENOENT:  # a failed read (after retries) is not a missing file
                     raise
                 raise DatasetNotPreparedError(
                     "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
                 ) from None
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 raise DatasetNotPreparedError(
                     "missing .tar.idx; run `shardstore prepare --tar-index-only`", path=self.storage.url(rel)
                 ) from None
+            except OSError as e:
+                raise StorageError(f"cannot read: {e.strerror}", path=self.storage.url(rel)) from e
             if len(arr) != shard.count + 1:
                 raise StaleIndexError(
                     f".tar.idx has {len(arr) - 1} samples, .info.json says {shard.count}: rerun prepare",
@@ -313,10 +340,50 @@ class Dataset:
         if shard.tar_file_id in self._checked:
             return
         stat = self.storage.stat(shard.name)
-        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]))
+        local = self.storage.local_path("") is not None
+        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]), local)
         if why is not None:
             raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
-        self._checked.add(shard.tar_file_id)
+        self._checked[shard.tar_file_id] = stat.size
+
+    def shard_of(self, tar_file_id: int, member: str | None = None) -> ShardRef:
+        """The shard of an index row's ``tar_file_id`` (of this split or another one), checked
+        once (``check_shard``); ``IndexCorruptError`` when no shard has that id."""
+        k = self._by_id.get(tar_file_id)
+        if k is not None:
+            shard = self.shards[k]
+        elif isinstance(tar_file_id, int) and 0 <= tar_file_id < len(self.info.shards):
+            shard = self._outside_shard(tar_file_id)
+        else:
+            raise IndexCorruptError(
+                f"index row names tar_file_id {tar_file_id!r}; .info.json has {len(self.info.shards)} shards: rerun prepare",
+                path=self.storage.url(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"),
+                member=member,
+            )
+        if tar_file_id not in self._checked:
+            self.check_shard(shard)
+        return shard
+
+    def check_range(self, shard: ShardRef, offset: int, size: int, member: str | None) -> None:
+        """``IndexCorruptError`` unless ``size`` bytes at ``offset`` lie inside the (checked) shard:
+        an index row read from SQL is never trusted with a read."""
+        end = self._checked[shard.tar_file_id]
+        if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset and 0 <= size and offset + size <= end):
+            raise IndexCorruptError(
+                f"index gives the byte range {offset!r} + {size!r}, outside the shard's {end} bytes: rerun prepare",
+                path=self.storage.url(shard.name),
+                member=member,
+                offset=offset if isinstance(offset, int) else None,
+            )
+
+    def _check_sample_index(self, shard: ShardRef, sample_index: int, key: str) -> None:
+        """``IndexCorruptError`` unless an index row's ``sample_index`` is a sample of ``shard``."""
+        if not (isinstance(sample_index, int) and 0 <= sample_index < shard.count):
+            raise IndexCorruptError(
+                f"index gives sample_index {sample_index!r}; the shard has {shard.count} samples: rerun prepare",
+                path=self.storage.url(shard.name),
+                member=key,
+            )
 
     # ----- positions ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -325,6 +392,8 @@ class Dataset:
     def _find(self, position: int) -> tuple[int, int, int]:
         """(shard number in the split, index in that shard, position), negative positions counting
         from the end."""
+        if type(position) is not int:
+            position = _as_position(position)
         n = self._starts[-1]
         if position < 0:
             position += n
@@ -351,17 +420,20 @@ class Dataset:
 
     def _find_key(self, key: str) -> tuple[ShardRef, int | None, SampleLocation]:
         """(shard, position in the split or None when the shard is not in it, index row) of ``key``."""
+        if not isinstance(key, str):
+            raise TypeError(f"sample keys are str, not {type(key).__name__} (positions go to ds[i])")
         loc = self.index.locate(key)
         if loc is None:
             raise SampleNotFoundError(f"no sample with key {key!r}", path=self.url, member=key)
+        shard = self.shard_of(loc.tar_file_id, key)
+        self.check_range(shard, loc.offset, loc.size, key)
+        self._check_sample_index(shard, loc.sample_index, key)
         k = self._by_id.get(loc.tar_file_id)
-        if k is None:
-            return self._outside_shard(loc.tar_file_id), None, loc
-        return self.shards[k], self._starts[k] + loc.sample_index, loc
+        return shard, (None if k is None else self._starts[k] + loc.sample_index), loc
 
     def _locate_key(self, key: str) -> SampleRef:
         shard, pos, loc = self._find_key(key)
-        return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos)
+        return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos, key)
 
     def _shard_pos(self, tar_file_id: int) -> int | None:
         return self._by_id.get(tar_file_id)
@@ -381,26 +453,44 @@ class Dataset:
             datas = [self.storage.read_range(ref.shard.name, ref.range)]
         else:
             datas = self.storage.read_ranges([(r.shard.name, r.range) for r in refs])
-        return [self._build(ref.shard, ref.position, ref.range.offset, data) for ref, data in zip(refs, datas, strict=True)]
+        return [
+            self._build(ref.shard, ref.position, ref.range.offset, data, want=ref.key)
+            for ref, data in zip(refs, datas, strict=True)
+        ]
 
-    def _read_one(self, shard: ShardRef, position: int | None, offset: int, size: int) -> Any:
+    def _read_one(self, shard: ShardRef, position: int | None, offset: int, size: int, want: str | None = None) -> Any:
         """One sample from its byte range: the hot path of ``ds[i]`` and ``get``, which builds no
         ``SampleRef``/``ByteRange`` on the way."""
         if shard.tar_file_id not in self._checked:
             self.check_shard(shard)
-        return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size))
+        return self._build(shard, position, offset, self.storage.read_at(shard.name, offset, size), want=want)
 
     def _build(
-        self, shard: ShardRef, position: int | None, offset: int, data: bytes, lo: int = 0, hi: int | None = None
+        self,
+        shard: ShardRef,
+        position: int | None,
+        offset: int,
+        data: bytes,
+        lo: int = 0,
+        hi: int | None = None,
+        want: str | None = None,
     ) -> Any:
         """Cut a sample's parts out of its raw tar bytes ``data[lo:hi]`` (all of ``data`` by
         default; read from ``offset`` of ``shard``), parsing the headers in memory: the compiled
-        fast path for plain samples, else ``_cut``."""
+        fast path for plain samples, else ``_cut``. ``want``: the key the index says is there
+        (a read by key), else ``StaleIndexError``."""
         sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
         key = fill_plain_sample(sample, data, lo, len(data) if hi is None else hi)
         if key is None:
             sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
             key = self._cut(sample, shard, offset, data, lo, hi)
+        if want is not None and key != want:
+            raise StaleIndexError(
+                f"the index puts sample {want!r} here, the shard holds {key!r}: the shard changed since prepare",
+                path=self.storage.url(shard.name),
+                member=want,
+                offset=offset,
+            )
         if self.excluded and f"{shard.name}/{key}" in self.excluded:
             raise SampleNotFoundError("sample is excluded by split.yaml", path=self.storage.url(shard.name), member=key)
         sample["__key__"] = key
@@ -493,14 +583,17 @@ class Dataset:
     def get(self, key: str) -> Any:
         """The sample with ``key``; raises ``SampleNotFoundError`` (a ``KeyError``) if none."""
         shard, pos, loc = self._find_key(key)
-        return self._read_one(shard, pos, loc.offset, loc.size)
+        return self._read_one(shard, pos, loc.offset, loc.size, key)
 
     def __contains__(self, key: object) -> bool:
         """True when ``get(key)`` finds the sample (excluded samples are not found)."""
         if not isinstance(key, str):
             return False
         loc = self.index.locate(key)
-        return loc is not None and f"{self.info.shards[loc.tar_file_id]}/{key}" not in self.excluded
+        if loc is None:
+            return False
+        shard = self.shard_of(loc.tar_file_id, key)  # IndexCorruptError for a row naming no shard
+        return f"{shard.name}/{key}" not in self.excluded
 
     def keys(self) -> Iterator[str]:
         """Keys of the split's samples in position order, excluded ones left out: the order in which
@@ -523,58 +616,12 @@ class Dataset:
                 for cut in [i for i, c in enumerate(entry) if c == "/"]:  # shard names contain '/' too
                     shard, key = entry[:cut], entry[cut + 1 :]
                     loc = self.index.locate(key) if shard in in_split else None
-                    if loc is not None and self.info.shards[loc.tar_file_id] == shard:
-                        found.add(self._starts[self._by_id[loc.tar_file_id]] + loc.sample_index)
+                    k = self._by_id.get(loc.tar_file_id) if loc is not None else None
+                    if loc is not None and k is not None and self.shards[k].name == shard:
+                        self._check_sample_index(self.shards[k], loc.sample_index, key)
+                        found.add(self._starts[k] + loc.sample_index)
             self._excluded_positions = sorted(found)
         return self._excluded_positions
-
-    def member_range(self, name: str) -> tuple[str, ByteRange]:
-        """(shard, data range) of member ``key.part``."""
-        tar_file_id, offset, size = self._member(name)
-        return self.info.shards[tar_file_id], ByteRange(offset, size)
-
-    def _member(self, name: str) -> tuple[int, int, int]:
-        """(tar_file_id, data offset, size) of member ``key.part``: one lookup by name (the
-        name table or an indexed query, ``IndexReader.member``)."""
-        index = self.index
-        hit = index.member(name)
-        kp = split_name(name) if hit is None and not index.has_parts else None
-        if kp:
-            shard, rng = self._member_from_headers(name, *kp)
-            return self._ids[shard], rng.offset, rng.size
-        if hit is None:
-            raise SampleNotFoundError(self._no_member(name), path=self.url, member=name)
-        return hit
-
-    def _no_member(self, name: str) -> str:
-        """"no member NAME", and when NAME is a sample's key, the members it has (a bare key is the
-        commonest slip: ``cat DS KEY`` for ``cat DS KEY.txt``)."""
-        try:
-            loc = self.index.locate(name)
-        except ValueError:  # a name SQLite cannot take (lone surrogates) is no key either
-            loc = None
-        if loc is None or not self.index.has_parts:
-            return f"no member {name!r}"
-        members = ", ".join(f"{name}.{p[0]}" for p in self.index.parts(loc.tar_file_id, loc.sample_index))
-        return f"no member of that name: it is a sample's key; its members are {members}"
-
-    def _member_from_headers(self, name: str, key: str, part: str) -> tuple[str, ByteRange]:
-        """Energon 6 indexes have no ``sample_parts``: find the member in its sample's tar headers."""
-        ref = self._locate_key(key)
-        data = self.storage.read_range(ref.shard.name, ref.range)
-        for member, start, size in regular_members(data, self.storage.url(ref.shard.name)):
-            if split_name(member) == (key, part):
-                return ref.shard.name, ByteRange(ref.range.offset + start, size)
-        raise SampleNotFoundError(f"no member {name!r}", path=self.storage.url(ref.shard.name), member=name)
-
-    def read_file(self, name: str) -> bytes:
-        """The bytes of one member, ``key.part``: only its payload is read."""
-        tar_file_id, offset, size = self._member(name)
-        if tar_file_id not in self._checked:
-            k = self._by_id.get(tar_file_id)
-            if k is not None:
-                self.check_shard(self.shards[k])
-        return self.storage.read_at(self.info.shards[tar_file_id], offset, size)
 
     def media_metadata(self, name: str) -> MediaMetadata:
         """Media metadata of member ``key.part`` (Energon's ``get_media_metadata``): its
@@ -651,3 +698,13 @@ def open(  # noqa: A001 - the natural name, as in ``zarr.open``
         url, split, storage_options=storage_options, decode=decode, field_map=field_map, allow_pickle=allow_pickle,
         trust_dataset_code=trust_dataset_code,
     )
+
+
+def _as_position(item: object) -> int:
+    """``item`` as a sample position: ints and integer-like objects (numpy integers); ``TypeError``
+    naming the type for anything else (a ``bool`` is not a position; a ``str`` key goes to
+    ``get``)."""
+    if isinstance(item, bool) or not hasattr(item, "__index__"):
+        hint = ": look keys up with ds.get(key)" if isinstance(item, str) else ""
+        raise TypeError(f"sample positions are int, not {type(item).__name__}{hint}")
+    return operator.index(item)

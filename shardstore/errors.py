@@ -15,6 +15,7 @@ __all__ = [
     "DatasetNotPreparedError",
     "IndexVersionError",
     "StaleIndexError",
+    "IndexCorruptError",
     "SampleNotFoundError",
     "StorageError",
     "ConfigError",
@@ -186,3 +187,9 @@ class LeRobotFormatError(EpisodeFormatError):
 class TFRecordFormatError(ShardstoreError, ValueError):
     """A TFRecord file is corrupt (a CRC mismatch, a truncated record) or a record is not a
     ``tf.train.Example``; ``member`` names the record (``record 3``) and, where known, the field."""
+class IndexCorruptError(StaleIndexError):
+    """An index file holds a value that cannot be right: a ``.tar.idx`` that is truncated or whose
+    offsets decrease, a ``samples``/``sample_parts`` row whose range is negative or runs past the
+    end of its shard, a ``tar_file_id`` with no shard. Names the index file or shard, the member or
+    key and the offset; rerun prepare. (A ``StaleIndexError``: a changed shard and a damaged index
+    look alike to a reader, and the cure is the same.)"""

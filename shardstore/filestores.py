@@ -24,10 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .dataset import Dataset
+from .dataset import Dataset, ShardRef
 from .errors import ConfigError, PathEscapeError, SampleNotFoundError, StorageError
-from .keys import split_name
 from .media import MediaIndex, MediaMetadata
+from .membercheck import HEADER_SPAN
+from .resources import Closeable
 from .storage import MERGE_GAP, ByteRange, FsspecStorage, Storage, contained_path, open_storage, scratch_path
 
 __all__ = ["FileStore", "IndexedTarStore", "FolderStore", "open_file_store", "FILESYSTEM_PREFIX"]
@@ -38,8 +39,8 @@ FILESYSTEM_PREFIX = "filesystem://"
 T = TypeVar("T")
 
 
-class FileStore(ABC):
-    """A read-only mapping of file name -> bytes.
+class FileStore(Closeable, ABC):
+    """A read-only mapping of file name -> bytes (``close()`` and ``with`` release what it holds).
 
     Subclasses say where a name's bytes lie (``_locate_many``); reading, batching and the mapping
     protocol are shared. Missing names raise ``SampleNotFoundError`` (a ``KeyError``) naming the
@@ -108,25 +109,25 @@ class IndexedTarStore(FileStore):
     """The members of a prepared dataset's shards, by their full name inside the tar.
 
     ``IndexedTarStore(dataset)`` takes a ``Dataset`` or a URL. Every shard of ``.info.json``
-    counts, whatever the split (as Energon's ``WebdatasetFileStore``). A shard that changed
-    since prepare raises ``StaleIndexError`` on its first read in a process. An Energon 6 index
-    (no ``sample_parts``) works too, reading the member's whole sample instead of its payload.
+    counts, whatever the split (as Energon's ``WebdatasetFileStore``). Reads go through the
+    dataset's checks (``Dataset.read_file``): a shard that changed since prepare raises
+    ``StaleIndexError`` on its first read in a process, an index range outside its shard
+    ``IndexCorruptError``, and a member whose headers no longer name it ``StaleIndexError``. An
+    Energon 6 index (no ``sample_parts``) works too, reading the member's whole sample instead of
+    its payload. ``close()`` closes a dataset the store opened itself.
     """
 
     def __init__(self, dataset: Dataset | str, *, storage_options: dict[str, Any] | None = None) -> None:
+        self._owns = not isinstance(dataset, Dataset) or (dataset.split is not None and dataset.splits is not None)
         if isinstance(dataset, Dataset):
-            if dataset.split is not None and dataset.splits is not None:
+            if self._owns:
                 dataset = Dataset(dataset.url, None, storage_options=dataset.storage_options)
         else:
             dataset = Dataset(os.fspath(dataset), None, storage_options=storage_options)
         self.dataset = dataset
         self.storage = dataset.storage
-        self._shards = dataset.info.shards
-        self._ids = {name: i for i, name in enumerate(self._shards)}
-        self._verified: set[str] = set()
         self._index = dataset.index  # downloaded once when remote
         self._has_parts = self._index.has_parts
-        self._read_at = getattr(self.storage, "read_at", None)
 
     @property
     def url(self) -> str:
@@ -136,110 +137,62 @@ class IndexedTarStore(FileStore):
         """Media metadata of member ``name`` (Energon's ``get_media_metadata``); see ``Dataset.media_metadata``."""
         return self.dataset.media_metadata(name)
 
-    def _part(self, name: str) -> tuple[int, int, int] | None:
-        """(tar_file_id, data offset, size) of the member; for an index without
-        ``sample_parts`` (Energon 6), (-1, tar_file_id, sample_index) of its sample instead."""
+    def close(self) -> None:
+        if self._owns:
+            self.dataset.close()
+
+    def _locate(self, name: str) -> tuple[ShardRef, int, int, bool] | None:
+        """``Dataset.locate_member`` (shard checked, range inside it), or None for no such member."""
         if not isinstance(name, str):
             return None
-        if self._has_parts:
-            return self._index.member(name)
-        kp = split_name(name)
-        if kp is None:
-            return None
-        loc = self._index.locate(kp[0])  # Energon 6: the sample, not the member
-        return None if loc is None else (-1, loc.tar_file_id, loc.sample_index)
-
-    def _verify(self, shard: str) -> None:
-        """Once per shard and process: the shard still has the size (ETag) it had at prepare."""
-        if shard not in self._verified:
-            ds = self.dataset
-            # split=None: the dataset's shards are .info.json's, so tar_file_id is the list position
-            ds.check_shard(ds.shards[self._ids[shard]])
-            self._verified.add(shard)
-
-    def _legacy(self, name: str) -> bytes | None:
-        """The member read from its whole sample (indexes without ``sample_parts``)."""
-        key, part = split_name(name)  # type: ignore[misc]
         try:
-            sample = self.dataset.get(key)
+            return self.dataset.locate_member(name)
         except SampleNotFoundError:
             return None
-        data = sample.get(part)
-        return data if isinstance(data, bytes) else None
 
     def _locate_many(self, names: Sequence[str]) -> list[tuple[str, ByteRange] | None]:
         out: list[tuple[str, ByteRange] | None] = []
         for name in names:
-            hit = self._part(name)
-            if hit is None or hit[0] < 0:
-                out.append(None)
-                continue
-            shard = self._shards[hit[0]]
-            self._verify(shard)
-            out.append((shard, ByteRange(hit[1], hit[2])))
+            hit = self._locate(name)
+            out.append(None if hit is None else (hit[0].name, ByteRange(hit[1], hit[2])))
         return out
 
     def exists_many(self, names: Sequence[str]) -> list[bool]:
         if not self._has_parts:
-            return [self._legacy(n) is not None if split_name(n) else False for n in names]
-        return [self._part(n) is not None for n in names]
+            return [self._locate(n) is not None for n in names]
+        return [isinstance(n, str) and self._index.member(n) is not None for n in names]
 
     def get_many(self, names: Iterable[str]) -> list[bytes]:
-        if not self._has_parts:
-            return [self[n] for n in names]
-        if self._read_at is None:
-            return super().get_many(names)  # remote: merged ranges, read concurrently
-        # Local: page-cache reads are CPU work, a thread pool only adds to it; neighbours still
-        # merge. Written with plain tuples (no ByteRange per name): it should cost no more per
-        # name than ``store[name]``.
+        """The bytes of every name, in the order asked. Each member is read with the headers just
+        before it (``Dataset.read_member``); neighbours merge into one read, concurrently on
+        remote storage. Local page-cache reads are CPU work, so a loop there (no thread pool)."""
         names = list(names)
-        member, shards = self._index.member, self._shards
-        hits: list[tuple[int, int, int]] = []
+        hits = []
         for name in names:
-            hit = member(name) if isinstance(name, str) else None
+            hit = self._locate(name)
             if hit is None:
                 raise self._missing(name)
             hits.append(hit)
-        for tid in {h[0] for h in hits}:
-            if shards[tid] not in self._verified:
-                self._verify(shards[tid])
-        gap = getattr(self.storage, "merge_gap", MERGE_GAP)
-        order = sorted(range(len(hits)), key=hits.__getitem__)  # by shard, then offset
-        out: list[bytes] = [b""] * len(names)
-        i = 0
-        while i < len(order):
-            tid, start, size = hits[order[i]]
-            end, j = start + size, i + 1
-            while j < len(order) and hits[order[j]][0] == tid and hits[order[j]][1] <= end + gap:
-                end = max(end, hits[order[j]][1] + hits[order[j]][2])
-                j += 1
-            data = self._read_at(shards[tid], start, end - start)
-            if j == i + 1:
-                out[order[i]] = data
-            else:
-                for k in order[i:j]:
-                    _, offset, size = hits[k]
-                    out[k] = data[offset - start : offset - start + size]
-            i = j
+        pres = [0 if verified else min(offset, HEADER_SPAN) for _, offset, _, verified in hits]
+        spans = [(s.name, ByteRange(o - pre, n + pre)) for (s, o, n, _), pre in zip(hits, pres, strict=True)]
+        datas = self.storage.read_ranges(spans) if self.storage.local_path("") is None else _read_merged_locally(self.storage, spans)
+        out = []
+        for name, (shard, offset, size, verified), pre, data in zip(names, hits, pres, datas, strict=True):
+            if not verified:
+                self.dataset.verify_member(shard, name, offset, size, data, pre)
+            out.append(data[pre:])
         return out
 
     def __getitem__(self, name: str) -> bytes:
         # The hot path of aux lookups: one lookup by name (``IndexReader.member``: the name
-        # table, or SQL until it is built), a set lookup, one read; no object is built on the
-        # way (``_part`` and ``_verify`` written out).
-        if self._has_parts and isinstance(name, str):
-            hit = self._index.member(name)
-            if hit is not None:
-                shard = self._shards[hit[0]]
-                if shard not in self._verified:
-                    self._verify(shard)
-                if self._read_at is not None:  # local: a pread without building a ByteRange
-                    return self._read_at(shard, hit[1], hit[2])  # type: ignore[no-any-return]
-                return self.storage.read_range(shard, ByteRange(hit[1], hit[2]))
-        data = self._legacy(name) if not self._has_parts and isinstance(name, str) and split_name(name) else None
-        if data is None:
+        # table, or SQL until it is built), then one read of the payload and its headers.
+        hit = self._locate(name)
+        if hit is None:
             raise self._missing(name)
-        return data
+        shard, offset, size, verified = hit
+        if verified:
+            return self.storage.read_at(shard.name, offset, size)
+        return self.dataset.read_member(shard, name, offset, size)
 
     def get(self, name: str, default: T | None = None) -> bytes | T | None:
         try:
@@ -252,6 +205,30 @@ class IndexedTarStore(FileStore):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["dataset"])  # type: ignore[misc]
+
+
+def _read_merged_locally(storage: Storage, spans: Sequence[tuple[str, ByteRange]]) -> list[bytes]:
+    """The bytes of each (file, range), neighbours of one file (closer than the storage's merge
+    gap) read as one ``read_at``, in a plain loop."""
+    gap = getattr(storage, "merge_gap", MERGE_GAP)
+    order = sorted(range(len(spans)), key=lambda k: (spans[k][0], spans[k][1].offset))
+    out: list[bytes] = [b""] * len(spans)
+    i = 0
+    while i < len(order):
+        path, first = spans[order[i]]
+        start, end, j = first.offset, first.end, i + 1
+        while j < len(order) and spans[order[j]][0] == path and spans[order[j]][1].offset <= end + gap:
+            end = max(end, spans[order[j]][1].end)
+            j += 1
+        data = storage.read_at(path, start, end - start)
+        if j == i + 1:
+            out[order[i]] = data
+        else:
+            for k in order[i:j]:
+                rng = spans[k][1]
+                out[k] = data[rng.offset - start : rng.end - start]
+        i = j
+    return out
 
 
 def safe_name(name: str, root: str) -> str:

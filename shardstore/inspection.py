@@ -24,10 +24,10 @@ from .checks import CheckReport, IndexRows, Problem, check, refuse_metadataset
 from .dataset import Dataset
 from .dataset import open as open_dataset
 from .decode import describe_sample
-from .errors import SampleNotFoundError, StaleIndexError, StorageError
+from .errors import StaleIndexError, StorageError
 from .filestores import media_index_of
 from .jsonl import JsonlDataset, is_jsonl
-from .keys import SamplePart, group_samples, split_name
+from .keys import SamplePart, group_samples
 from .media import MediaIndex, MediaMetadata
 from .storage import ByteRange, Storage, open_storage
 from .tarscan import iter_members
@@ -196,9 +196,9 @@ def info(url: str, *, storage_options: dict[str, Any] | None = None) -> DatasetS
     excluded = {"shards": 0, "samples": 0}
     if ds.splits is not None:
         for name in ds.splits.split_parts:
-            shards = [s for s in ds.splits.shards(name) if s in counts]
+            shards = [s for s in ds.splits.shards(name, ds.pattern_limit) if s in counts]
             splits[name] = {"shards": len(shards), "samples": sum(counts[s] for s in shards)}
-        expanded = nvmeta.brace_expand(ds.splits.exclude)
+        expanded = nvmeta.brace_expand(ds.splits.exclude, ds.pattern_limit)
         excluded = {
             "shards": sum(1 for e in expanded if e in counts),
             "samples": sum(1 for e in expanded if e not in counts and _names_sample(e, counts)),
@@ -335,8 +335,9 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
     """Write the payload of member ``name`` (``key.part``) to ``out``; returns the bytes written.
 
     Only that member's data is read (in pieces of ``CAT_CHUNK``), after checking its shard still
-    has the size it had at prepare. Raises ``SampleNotFoundError`` (a ``KeyError``) for an unknown
-    member, ``StaleIndexError`` for a shard that changed.
+    has the size and mtime (ETag) it had at prepare and its headers name it. Raises
+    ``SampleNotFoundError`` (a ``KeyError``) for an unknown member, ``StaleIndexError`` for a
+    shard that changed (``IndexCorruptError`` for an index range outside the shard).
     """
     ds: Dataset | JsonlDataset
     if is_jsonl(url):  # opening checks the file still has the size its index ends at
@@ -344,11 +345,7 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
         shard, rng = ds.member_range(name)
     else:
         ds = _open(url, None, storage_options)
-        shard, rng = _member_range(ds, name)
-        stats = nvmeta.read_shardstore_json(ds.storage)
-        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, ds.storage.stat(shard), rng.end)
-        if why is not None:
-            raise StaleIndexError(why, path=ds.storage.url(shard))
+        shard, rng = ds.member_range(name)  # the shard checked, the range inside it, the member the one named
     written = 0
     while written < rng.size:
         n = min(CAT_CHUNK, rng.size - written)
@@ -356,20 +353,6 @@ def cat(url: str, name: str, out: BinaryIO, *, storage_options: dict[str, Any] |
         written += n
     out.flush()
     return written
-
-
-def _member_range(ds: Dataset, name: str) -> tuple[str, ByteRange]:
-    """(shard, data range) of ``key.part``, through ``sample_parts`` or, for Energon 6, the headers."""
-    if ds.index.has_parts:
-        return ds.member_range(name)
-    kp = split_name(name)
-    loc = ds.index.locate(kp[0]) if kp else None
-    if kp is not None and loc is not None:
-        shard = ds.info.shards[loc.tar_file_id]
-        for p in _parts_from_headers(ds.storage, shard, ByteRange(loc.offset, loc.size)):
-            if p.name == kp[1]:
-                return shard, ByteRange(p.offset, p.size)
-    raise SampleNotFoundError(f"no member {name!r}", path=ds.url, member=name)
 
 
 # ----- preview -----------------------------------------------------------------------------------

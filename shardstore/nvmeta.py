@@ -109,9 +109,27 @@ def tar_idx_path(shard: str) -> str:
     return stem + ".tar.idx"
 
 
-def brace_expand(patterns: Iterable[str]) -> list[str]:
-    """Expand brace patterns (``a-{000..002}.tar``) in order, as the ``braceexpand`` package does."""
-    return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
+def brace_expand(patterns: Iterable[str], limit: int | None = None) -> list[str]:
+    """Expand brace patterns (``a-{000..002}.tar``) in order, as the ``braceexpand`` package does.
+
+    ``limit``: the most names the patterns may give, checked before expanding (``ConfigError``):
+    a pattern read from a dataset's own files such as ``{0..999999999}`` would otherwise take
+    gigabytes (``braceexpand`` builds every range as a tuple) before any check could run."""
+    patterns = list(patterns)
+    if limit is not None:
+        from nv_meta_schema import brace_count  # (imported when a dataset's own patterns are read)
+
+        size = sum(brace_count(p) for p in patterns)
+        if size > limit:
+            raise ConfigError(
+                f"brace patterns expand to {size} names, more than the {limit} this dataset can have",
+                path=SPLIT_YAML,
+                member=repr(patterns)[:200],
+            )
+    try:
+        return [name for pattern in patterns for name in braceexpand.braceexpand(pattern)]
+    except ValueError as e:  # braceexpand.UnbalancedBracesError
+        raise ConfigError(f"invalid brace pattern: {e}", path=SPLIT_YAML) from e
 
 
 _NUM_RE = re.compile(r"^(.*?)(\d+)(\D*)$")
@@ -186,24 +204,29 @@ class Splits:
     split_parts: dict[str, list[str]]
     exclude: list[str] = field(default_factory=list)
 
-    def shards(self, split: str) -> list[str]:
-        """The split's shards in order, minus excluded shards."""
+    def shards(self, split: str, limit: int | None = None) -> list[str]:
+        """The split's shards in order, minus excluded shards (``limit``: see ``brace_expand``)."""
         if split not in self.split_parts:
             raise ConfigError(
                 f"no split {split!r}; the dataset has {sorted(self.split_parts)}", path=SPLIT_YAML, member=split
             )
-        excluded = set(brace_expand(self.exclude))
-        return [contained_path(s, ".", SPLIT_YAML) for s in brace_expand(self.split_parts[split]) if s not in excluded]
+        excluded = set(brace_expand(self.exclude, limit))
+        return [contained_path(s, ".", SPLIT_YAML) for s in brace_expand(self.split_parts[split], limit) if s not in excluded]
 
-    def excluded_samples(self) -> set[str]:
+    def excluded_samples(self, limit: int | None = None) -> set[str]:
         """``shard/key`` entries: samples dropped from iteration (they keep their index slot)."""
-        return {e for e in brace_expand(self.exclude) if "/" in e}
+        return {e for e in brace_expand(self.exclude, limit) if "/" in e}
+
+
+#: libyaml's safe loader where PyYAML was built with it: opening a dataset parses split.yaml,
+#: and the pure-Python parser took most of an open's time (about 1 ms).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _load_yaml(data: bytes, where: str) -> Any:
     try:
-        return yaml.safe_load(data)
-    except yaml.YAMLError as e:
+        return yaml.load(data, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
+    except (yaml.YAMLError, RecursionError, ValueError) as e:  # (ValueError: a date like 2024-13-45)
         raise ConfigError(f"invalid YAML: {e}", path=where) from e
 
 
@@ -230,11 +253,14 @@ def read_info(storage: Storage) -> DatasetInfo:
         if data is not None:
             try:
                 raw = parse(data)
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
                 raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
-            counts = {contained_path(str(k), storage.url(), storage.url(path)): int(v) for k, v in raw["shard_counts"].items()}
+            counts = {
+                contained_path(k, storage.url(), storage.url(path)): v
+                for k, v in _shard_counts(raw["shard_counts"], storage.url(path)).items()
+            }
             return DatasetInfo(str(raw.get("energon_version", "unknown")), counts)
     raise DatasetNotPreparedError(
         missing_root(storage) or f"not a prepared dataset (no {META_DIR}/{INFO_JSON}); run `shardstore prepare` first",
@@ -249,6 +275,21 @@ def missing_root(storage: Storage) -> str | None:
     if root is None or os.path.isdir(root):
         return None
     return "not a folder" if os.path.exists(root) else "no such folder"
+
+
+#: More samples than a shard can hold (each takes at least 1 KiB): a count past it is damage.
+MAX_SHARD_SAMPLES = 1 << 40
+
+
+def _shard_counts(raw: dict[Any, Any], where: str) -> dict[str, int]:
+    """``shard_counts`` checked: each a whole number from 0 to ``MAX_SHARD_SAMPLES`` (a negative,
+    fractional or absurd count would turn positions into nonsense further on)."""
+    counts = {}
+    for name, count in raw.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_SHARD_SAMPLES:
+            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}")
+        counts[str(name)] = count
+    return counts
 
 
 def info_bytes(info: DatasetInfo) -> bytes:
@@ -278,10 +319,19 @@ def read_splits_if_any(storage: Storage, name: str = SPLIT_YAML) -> Splits | Non
             raw = _load_yaml(data, storage.url(path))
             if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
                 raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
-            parts = {str(k): [str(x) for x in (v or [])] for k, v in raw["split_parts"].items()}
-            exclude = [str(x) for x in (raw.get("exclude") or [])]
+            parts = {str(k): _patterns(v, storage.url(path), f"split_parts {k}") for k, v in raw["split_parts"].items()}
+            exclude = _patterns(raw.get("exclude"), storage.url(path), "exclude")
             return Splits(parts, exclude)
     return None
+
+
+def _patterns(value: Any, where: str, member: str) -> list[str]:
+    """A list of shard patterns from ``split.yaml`` (None: empty); anything else is a ``ConfigError``."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or any(isinstance(x, (list, dict)) for x in value):
+        raise ConfigError(f"expected a list of shard patterns, not {value!r:.80}", path=where, member=member)
+    return [str(x) for x in value]
 
 
 def splits_bytes(splits: Splits) -> bytes:
@@ -359,8 +409,13 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
         raw = json.loads(data)
         version, shards = int(raw.get("format", 1)), dict(raw["shards"])
         recorded = {str(k): dict(v) for k, v in shards.items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
+    for name, entry in recorded.items():
+        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,))):
+            value = entry.get(key)
+            if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and value < 0)):
+                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
     if version > SHARDSTORE_FORMAT:
         raise IndexVersionError(
             f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "
@@ -380,19 +435,36 @@ def shardstore_json_bytes(stats: Mapping[str, FileStat]) -> bytes:
 _REPREPARE = "rerun `shardstore prepare --force-overwrite`"
 
 
-def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int) -> str | None:
+def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int, local: bool = False) -> str | None:
     """Why a shard no longer matches its index, or None when it still does.
 
-    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, and its
-    ETag when both it and ``stat`` have one, must be what prepare saw (mtimes are recorded, not
-    compared). Either way the shard must reach ``idx_end``, the last offset of its ``.tar.idx``:
-    that is the only check left for a dataset Energon prepared. The reason names both values and
-    what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this one rule.
+    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, its
+    ETag when both it and ``stat`` have one, and for a ``local`` shard prepared locally (no ETag
+    recorded) its mtime must be what prepare saw: a same-size rewrite changes the mtime (a copy
+    that keeps mtimes, ``cp -p`` or ``rsync -t``, still reads). Mtimes are not compared across
+    storages: a dataset prepared locally and uploaded to S3 (or the reverse) keeps reading. Either way the shard must reach ``idx_end``, the last offset of its
+    ``.tar.idx``: that is the only check left for a dataset Energon prepared. The reason names
+    both values and what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with
+    this one rule.
     """
     if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
         return f"shard size is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
-    if recorded is not None and stat.etag and recorded.get("etag") and stat.etag != recorded["etag"]:
-        return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
+    if recorded is not None and stat.etag and recorded.get("etag"):
+        if stat.etag != recorded["etag"]:
+            return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
+    elif (
+        local
+        and recorded is not None
+        and not recorded.get("etag")
+        and stat.etag is None
+        and stat.mtime is not None
+        and isinstance(recorded.get("mtime"), (int, float))
+    ):
+        if stat.mtime != recorded["mtime"]:
+            return (
+                f"shard was modified (mtime {stat.mtime!r}, was {recorded['mtime']!r} at prepare; same size: "
+                f"rewritten in place?): {_REPREPARE}"
+            )
     if stat.size < idx_end:
         return f"shard size is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
     return None

@@ -40,6 +40,7 @@ __all__ = [
     "discover_shards",
     "parse_split_ratio",
     "parse_split_parts",
+    "worker_count",
     "WorkerDiedError",
 ]
 
@@ -105,6 +106,16 @@ def discover_shards(storage: Storage, exclude: str | None = None) -> list[str]:
     return names
 
 
+def worker_count(requested: int | None, shards: int, local: bool) -> int:
+    """Scan workers for ``shards`` shards: ``requested`` (``--num-workers``) or the default (the
+    cores; for remote shards at least 16 threads, which mostly wait on the network), never more
+    than the shards nor than a few per core (a worker beyond that only costs memory and a fork:
+    ``--num-workers 2000`` once started 2,000 processes for 4 shards), never fewer than one."""
+    cores = os.cpu_count() or 1
+    default, cap = (cores, 4 * cores) if local else (max(16, cores), max(64, 4 * cores))
+    return max(1, min(requested or default, shards, cap))
+
+
 def parse_split_ratio(text: str) -> list[tuple[str, float]]:
     """``"8,1,1"`` -> train/val/test weights."""
     try:
@@ -123,6 +134,11 @@ def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
         if ":" not in item:
             raise ConfigError(f"invalid split part {item!r}: use NAME:REGEX, e.g. 'train:parts/train-.*'")
         name, pattern = item.split(":", 1)
+        for expanded in nvmeta.brace_expand([pattern]):
+            try:
+                re.compile(expanded)
+            except re.error as e:
+                raise ConfigError(f"invalid split part regex {expanded!r}: {e}", member=f"split_parts {name}") from e
         out.append((name, pattern))
     return out
 
@@ -475,9 +491,7 @@ def _prepare_locked(
     total_bytes = n_parts = 0
     try:
         # remote shards are read by threads that mostly wait on the network: more than the cores
-        cores = os.cpu_count() or 1
-        default = cores if storage.local_path("") is not None else max(16, cores)
-        workers = num_workers or min(len(shards), default)
+        workers = worker_count(num_workers, len(shards), storage.local_path("") is not None)
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, BinaryIO, TypeVar
 
-from .errors import EmptyShardError, ShardstoreError, WorkerDiedError
+from .errors import EmptyShardError, ShardstoreError, TarFormatError, WorkerDiedError
 from .index.sqlite import ShardRows
 from .keys import SampleBatch, group_batches
 from .media import MediaFilter, MemberFile, probe
@@ -85,7 +85,10 @@ def scan_shard(
             rows.start()
         for batch in group_batches(scan_storage_batches(storage, name)):
             if rows is not None:
-                rows.add(batch)
+                try:
+                    rows.add(batch)
+                except UnicodeEncodeError:
+                    raise _name_not_utf8(storage.url(name), batch) from None
             offsets += batch.offsets
             end = batch.offsets[-1] + batch.sizes[-1]
             part_names.update(batch.part_names)
@@ -130,6 +133,26 @@ def _member_file(storage: Storage, shard: str, offset: int, size: int) -> Binary
 
 #: Read-ahead of a probed member: one read usually holds an image's header.
 _MEMBER_BUFFER = 64 << 10
+
+
+def _name_not_utf8(path: str, batch: SampleBatch) -> TarFormatError:
+    """The error for the first member of ``batch`` whose name is not UTF-8 (a latin-1 ustar name,
+    a PAX ``hdrcharset=BINARY`` path: its bytes come through as surrogates). The index keeps
+    names as SQLite text, which is UTF-8; Energon's prepare fails on such a name too (with a
+    ``UnicodeEncodeError``), so there is no index of it to be compatible with."""
+    for j, part in enumerate(batch.part_names):
+        name = f"{batch.keys[batch.part_samples[j] - batch.first_index]}.{part}"
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raw = name.encode("utf-8", "surrogateescape")
+            return TarFormatError(
+                f"member name {raw!r} is not UTF-8; the index stores names as UTF-8 text (Energon cannot "
+                "index it either): rename the member",
+                path=path,
+                offset=batch.part_offsets[j],
+            )
+    return TarFormatError("a member name is not UTF-8: rename the member", path=path)
 
 
 _ROWS = threading.local()
@@ -235,7 +258,8 @@ def _process_scans(storage: Storage, tasks: Sequence[_ScanArgs], workers: int) -
             process = ctx.Process(  # type: ignore[attr-defined]
                 target=_worker_main, args=(tasks, task_r, task_w, child, inherited), daemon=True, name="shardstore-scan"
             )
-            process.start()
+            with _sigint_blocked():
+                process.start()
             child.close()
             pool.append(_Worker(process, parent))
         os.close(task_r)
@@ -247,6 +271,21 @@ def _process_scans(storage: Storage, tasks: Sequence[_ScanArgs], workers: int) -
             if fd >= 0:
                 os.close(fd)
         _stop_workers(pool, finished)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT held back while a worker is forked: a Ctrl-C between the fork and the worker's
+    ``SIG_IGN`` would otherwise end the worker with a ``KeyboardInterrupt`` of its own, reported
+    as a worker failure instead of the interruption it is. The parent gets it right after."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 #: Socket buffer of a worker's answer pipe: room for its answers (a shard's rows, ~0.4 MB for
@@ -374,6 +413,8 @@ def _worker_main(tasks: Sequence[_ScanArgs], task_r: int, task_w: int, conn: Con
     parent, which handles it, ends the workers."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # blocked since the fork (``_sigint_blocked``): now ignored
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.close(task_w)
     for other in inherited:
         other.close()

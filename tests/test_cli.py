@@ -6,6 +6,7 @@ Corruptions are made on the test's own copy with plain file writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,10 +201,19 @@ def _header_offset(shard: Path, name: str) -> int:
         return tar.getmember(name).offset
 
 
+@contextlib.contextmanager
+def _keeping_mtime(path: Path) -> Iterator[None]:
+    """Edit ``path`` in place and give it back its mtime: the rewrite only ``--deep`` can see
+    (a changed mtime alone makes the shard stale for every reader)."""
+    st = path.stat()
+    yield
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def test_check_deep_finds_corrupt_header(prepared: Path) -> None:
     shard = prepared / SHARD0
     at = _header_offset(shard, "s00000_000007.txt")
-    with open(shard, "r+b") as f:  # scribble over the member's name: the header checksum no longer fits
+    with _keeping_mtime(shard), open(shard, "r+b") as f:  # scribble over the member's name: the header checksum no longer fits
         f.seek(at + 3)
         f.write(b"XYZ")
     assert run("check", prepared).exit_code == 0  # sizes and indexes still agree: only --deep can tell
@@ -221,7 +232,7 @@ def test_check_deep_finds_member_that_moved(prepared: Path) -> None:
     shard = prepared / SHARD0
     with tarfile.open(shard) as tar:
         m = tar.getmember("s00000_000004.txt")
-    with open(shard, "r+b") as f:
+    with _keeping_mtime(shard), open(shard, "r+b") as f:
         f.seek(m.offset)
         hdr = set_header_field(f.read(512), 0, 0, b"s00000_000004.cls".ljust(100, b"\0"))
         f.seek(m.offset)

@@ -60,6 +60,9 @@ STAGES = {
     "torch": 6,
     "convert": 6,
     "cli": 6,
+    "resources": 0,  # close() and with-blocks: imports nothing
+    "membercheck": 2,  # the headers before a member's data (tarscan's level)
+    "member_reads": 4,  # Dataset's reads by member name (a part of dataset)
     "__init__": 7,  # the package itself re-exports from all of them
 }
 

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["NameTable", "build_name_table", "name_table_path", "open_name_table", "prune_name_tables"]
 
 _MAGIC = b"SSNAMES\x00"
-_VERSION = 1
+_VERSION = 2  # 2: a part repeated within a sample is its last copy
 #: magic, version, 0, slots, entries, slots_off, entries_off, blob_off, blob_size, identity (32 bytes)
 _HEADER = struct.Struct("<8sIIQQQQQQ32s")
 _HEADER_SIZE = 128
@@ -303,13 +303,16 @@ def build_name_table(conn: sqlite3.Connection, index_path: str, path: str) -> No
 
 def _names(rows: list[tuple[str, str, int, int, int]]) -> tuple[list[bytes], list[int]]:
     """The encoded member names of ``rows`` worth entering, and which rows they are: names SQL
-    lookups can find (``split_name`` gives back the key and part), the first of duplicates."""
+    lookups can find (``split_name`` gives back the key and part), the last of a part repeated
+    within one sample (rows come in offset order), as ``IndexReader.part`` answers."""
     names: list[bytes] = []
     kept: list[int] = []
     last = None
     for k, (key, part, *_) in enumerate(rows):
         name = f"{key}.{part}"
         if name == last:
+            if kept and rows[kept[-1]][:2] == (key, part):
+                kept[-1] = k
             continue
         last = name
         if ("." in key or "/" in name or not key or key.startswith("__")) and split_name(name) != (key, part):

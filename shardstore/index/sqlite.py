@@ -11,6 +11,7 @@ docs/benchmarks.md). The reader opens the file with
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -20,10 +21,16 @@ import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import DuplicateKeyError, IndexVersionError, StorageError
+from ..errors import DuplicateKeyError, IndexCorruptError, IndexVersionError, StorageError
 from ..keys import SampleBatch, split_name
+from ..resources import Closeable
+
+if TYPE_CHECKING:
+    from .names import NameTable
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = ["IndexWriter", "IndexReader", "ShardRows", "SampleRow", "PartRow", "schema_sql"]
 
@@ -212,8 +219,10 @@ class ShardRows:
         )
 
     def start(self) -> None:
-        """Forget the previous shard's rows."""
+        """Forget the previous shard's rows (also those of a shard whose scan failed midway)."""
         self.samples = 0
+        if self.db.in_transaction:
+            self.db.execute("ROLLBACK")
         self.db.execute("BEGIN")
         self.db.execute("DELETE FROM samples")
         self.db.execute("DELETE FROM sample_parts")
@@ -271,11 +280,14 @@ class SampleLocation:
 
 
 #: Member ``key.part`` -> (tar_file_id, data offset, size): the UNIQUE ``sample_key`` index, the
-#: sample's table row, then ``idx_sample_parts_full``, which covers the part's columns.
+#: sample's table row, then ``idx_sample_parts_full``, which covers the part's columns. A part
+#: repeated within one sample is its last copy, as a sample read gives it (Energon's sample
+#: reader too: later members overwrite earlier ones, as ``tar -x`` does); the index walk is
+#: backwards, so this costs nothing.
 _PART_SQL = (
     "SELECT p.tar_file_id, p.content_byte_offset, p.content_byte_size FROM samples s "
     "JOIN sample_parts p ON p.tar_file_id=s.tar_file_id AND p.sample_index=s.sample_index "
-    "WHERE s.sample_key=?1 AND p.part_name=?2"
+    "WHERE s.sample_key=?1 AND p.part_name=?2 ORDER BY p.content_byte_offset DESC LIMIT 1"
 )
 
 #: Every live reader, so a forked child drops the connections it inherited (an SQLite connection
@@ -286,7 +298,28 @@ _READERS: weakref.WeakSet[IndexReader] = weakref.WeakSet()
 def _forget_connections_after_fork() -> None:
     for reader in list(_READERS):
         reader._local = threading.local()
+        reader._open.conns.clear()  # the parent's: never used here
+        reader._open.lock = threading.Lock()
         reader._table_lock = threading.Lock()  # another thread may have held it at the fork
+
+
+class _Connections:
+    """Every connection a reader opened, in whichever thread: ``close`` (from any thread, or the
+    reader's finalizer) closes them all, where a thread-local alone would reach only its own."""
+
+    def __init__(self) -> None:
+        self.conns: list[sqlite3.Connection] = []
+        self.lock = threading.Lock()
+
+    def add(self, conn: sqlite3.Connection) -> None:
+        with self.lock:
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            conns, self.conns = self.conns, []
+        for conn in conns:
+            conn.close()
 
 
 if hasattr(os, "register_at_fork"):
@@ -304,8 +337,39 @@ def _name_table_after() -> int:
         return 4096
 
 
-class IndexReader:
-    """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process."""
+def _index_error(path: str, e: sqlite3.Error) -> IndexCorruptError:
+    return IndexCorruptError(f"index cannot be read: {e} (damaged? rerun prepare)", path=path)
+
+
+def _sql_errors(fn: F) -> F:
+    """``IndexReader`` methods raise ``IndexCorruptError`` naming the file for SQLite's errors (a
+    damaged ``index.sqlite``: "database disk image is malformed", "file is not a database")."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from fn(self, *args, **kwargs)
+            except sqlite3.Error as e:
+                raise _index_error(self.path, e) from e
+
+        return gen  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def call(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(self, *args, **kwargs)
+        except sqlite3.Error as e:
+            raise _index_error(self.path, e) from e
+
+    return call  # type: ignore[return-value]
+
+
+class IndexReader(Closeable):
+    """Read-only access to ``index.sqlite`` (Energon 6 or 7 layout) from any thread or process.
+
+    ``close()`` closes the connections of every thread and the name table; the last reference
+    going does too. A later lookup opens again."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -313,14 +377,20 @@ class IndexReader:
             raise StorageError("index file missing", path=path)
         self._uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?mode=ro&immutable=1"
         self._local = threading.local()
+        self._open = _Connections()
+        weakref.finalize(self, self._open.close)
         # Lookups by member name: SQL until the name table (index/names.py) is open, then it.
         self._find: Callable[[str], tuple[int, int, int] | None] | None = None
+        self._table: NameTable | None = None
         self._table_lock = threading.Lock()
         self._sql_lookups = 0
         self._table_after = _name_table_after()
         _READERS.add(self)
-        cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
-        tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        try:
+            cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
+            tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        except sqlite3.Error as e:
+            raise _index_error(path, e) from e
         if not {"sample_key", "tar_file_id", "sample_index", "byte_offset", "byte_size"} <= cols:
             raise IndexVersionError(
                 f"unknown index layout (samples columns: {sorted(cols)}); this shardstore reads Energon 6.0-7.x indexes",
@@ -347,6 +417,7 @@ class IndexReader:
             except sqlite3.Error as e:
                 raise StorageError(f"cannot open index: {e}", path=self.path) from e
             self._local.conn = conn
+            self._open.add(conn)
         return conn
 
     def connection(self) -> sqlite3.Connection:
@@ -357,6 +428,7 @@ class IndexReader:
         except sqlite3.Error as e:
             raise StorageError(f"cannot open index: {e}", path=self.path) from e
 
+    @_sql_errors
     def disable_mmap(self) -> None:
         """This thread's connection reads through SQLite's bounded page cache instead of mapping
         the whole file: for long-lived worker threads (a FUSE mount's), where a mapping per thread
@@ -372,9 +444,11 @@ class IndexReader:
             cur = self._local.cur = self._conn().cursor()
         return cur
 
+    @_sql_errors
     def count(self) -> int:
         return int(self._conn().execute("SELECT COUNT(*) FROM samples").fetchone()[0])
 
+    @_sql_errors
     def locate(self, key: str) -> SampleLocation | None:
         """The sample with ``key``, or None."""
         row = self._cursor().execute(
@@ -382,12 +456,14 @@ class IndexReader:
         ).fetchone()
         return SampleLocation(*row) if row else None
 
+    @_sql_errors
     def key_at(self, tar_file_id: int, sample_index: int) -> str | None:
         row = self._conn().execute(
             "SELECT sample_key FROM samples WHERE tar_file_id=? AND sample_index=?", (tar_file_id, sample_index)
         ).fetchone()
         return row[0] if row else None
 
+    @_sql_errors
     def part(self, key: str, part: str) -> tuple[int, int, int] | None:
         """(tar_file_id, data offset, size) of member ``key.part``, or None (also when the index
         has no ``sample_parts``: Energon 6).
@@ -445,7 +521,8 @@ class IndexReader:
         with self._table_lock:
             if self._find is None:
                 try:
-                    self._find = open_name_table(self.path, connect, build, wait).find
+                    self._table = open_name_table(self.path, connect, build, wait)
+                    self._find = self._table.find
                 except FileNotFoundError:
                     return False
                 except (OSError, ValueError, sqlite3.Error) as e:
@@ -454,6 +531,7 @@ class IndexReader:
                     return False
         return True
 
+    @_sql_errors
     def parts(self, tar_file_id: int, sample_index: int) -> list[tuple[str, int, int]]:
         """(part name, data offset, size) of every member of a sample, in tar order."""
         return [
@@ -465,6 +543,7 @@ class IndexReader:
             )
         ]
 
+    @_sql_errors
     def iter_samples(
         self, tar_file_id: int | None = None, after: tuple[int, int] = (-1, -1), page: int = 4096
     ) -> Iterator[tuple[str, int, int, int, int]]:
@@ -512,6 +591,7 @@ class IndexReader:
                 args.append(json.dumps(list(tar_ids)))
         return sql, args
 
+    @_sql_errors
     def key_page(
         self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 1024
     ) -> list[tuple[str, int, int]]:
@@ -528,6 +608,7 @@ class IndexReader:
         "WHERE p.tar_file_id = s.tar_file_id AND p.sample_index = s.sample_index)"
     )
 
+    @_sql_errors
     def part_page(
         self, lo: str, hi: str | None, *, after: bool = False, tar_ids: Sequence[int] | None = None, limit: int = 512
     ) -> list[tuple[str, int, str | None]]:
@@ -540,6 +621,7 @@ class IndexReader:
             (*args, limit),
         ).fetchall()
 
+    @_sql_errors
     def shard_page(
         self, tar_file_id: int, after: int = -1, limit: int = 512, parts: bool = True
     ) -> list[tuple[str, int, str | None]]:
@@ -552,19 +634,23 @@ class IndexReader:
             (tar_file_id, after, limit),
         ).fetchall()
 
+    @_sql_errors
     def has_keys(self, lo: str, hi: str | None, tar_ids: Sequence[int] | None = None) -> bool:
         """True if some sample has ``lo <= key < hi`` (in ``tar_ids``): is ``lo`` a folder prefix?"""
         where, args = self._key_range(lo, hi, False, tar_ids)
         return self._conn().execute(f"SELECT 1 FROM samples WHERE {where} LIMIT 1", args).fetchone() is not None
 
+    @_sql_errors
     def part_counts(self) -> dict[str, int]:
         if not self.has_parts:
             return {}
         return dict(self._conn().execute("SELECT part_name, COUNT(*) FROM sample_parts GROUP BY part_name ORDER BY part_name"))
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        self._local.cur = self._local.parts = None
-        if conn is not None:
-            conn.close()
-            self._local.conn = None
+        """Close every thread's connection and the name table (when no lookup is in flight)."""
+        self._local = threading.local()
+        self._open.close()
+        with self._table_lock:
+            table, self._table, self._find = self._table, None, None
+        if table is not None:
+            table.close()

@@ -1,18 +1,25 @@
 """``<shard>.tar.idx``: ``count + 1`` little-endian uint64, each sample's first-header offset, then the end.
 
-Energon's training reader needs these files; shardstore memory-maps them so position -> byte
-range is two array reads, no SQL.
+Energon's training reader needs these files; shardstore reads them so position -> byte range is
+two array reads, no SQL.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["read_offsets", "offsets_bytes"]
+from ..errors import IndexCorruptError
+
+__all__ = ["read_offsets", "offsets_bytes", "load_offsets", "MAP_ABOVE"]
 
 _DTYPE = np.dtype("<u8")
+
+#: Files up to this size are read into memory, bigger ones memory-mapped: a mapping keeps a
+#: descriptor open for as long as it lives (Python's mmap holds a duplicate), one per shard read.
+MAP_ABOVE = 4 << 20
 
 
 def offsets_bytes(offsets: Sequence[int]) -> bytes:
@@ -25,3 +32,29 @@ def read_offsets(path_or_bytes: str | bytes) -> np.ndarray:
     if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         return np.frombuffer(path_or_bytes, dtype=_DTYPE)
     return np.memmap(path_or_bytes, dtype=_DTYPE, mode="r")
+
+
+def load_offsets(path: str, where: str) -> np.ndarray:
+    """The offsets of the local file ``path`` (``where`` names it in errors), checked: a whole
+    number of uint64 values, at least one, never decreasing. Together with the last offset not
+    passing the shard's end (``nvmeta.shard_changed``) that puts every sample's range inside
+    its shard, so no corrupt value reaches a read (a 1e12 offset would ask for a terabyte).
+
+    Raises ``IndexCorruptError``; ``FileNotFoundError`` when there is no file."""
+    size = os.path.getsize(path)
+    if size % _DTYPE.itemsize or size == 0:
+        raise IndexCorruptError(
+            f".tar.idx is {size} bytes, not a whole number (at least one) of 8-byte offsets: truncated? rerun prepare",
+            path=where,
+        )
+    arr = np.memmap(path, dtype=_DTYPE, mode="r") if size > MAP_ABOVE else np.fromfile(path, dtype=_DTYPE)
+    if len(arr) > 1:
+        down = np.flatnonzero(arr[1:] < arr[:-1])
+        if len(down):
+            i = int(down[0]) + 1
+            raise IndexCorruptError(
+                f".tar.idx entry {i} ({int(arr[i])}) is below entry {i - 1} ({int(arr[i - 1])}): rerun prepare",
+                path=where,
+                offset=i * _DTYPE.itemsize,
+            )
+    return arr

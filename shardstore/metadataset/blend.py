@@ -25,6 +25,7 @@ import numpy as np
 
 from ..dataset import Dataset
 from ..errors import ConfigError
+from ..resources import Closeable
 from ..sharding import WorkerPlan, global_worker, plan_for, resolve_worker
 from .config import BLEND, BLEND_EPOCHIZED
 from .resolve import flatten
@@ -137,11 +138,12 @@ def _batched(items: Iterator[tuple[int, int]], size: int) -> Iterator[list[tuple
         yield chunk
 
 
-class Metadataset:
+class Metadataset(Closeable):
     """One split of a metadataset, opened: its sources and how they are blended.
 
-    Use ``open_metadataset(yaml, split=...)``. ``md.iter(...)`` yields ``MetaSample``s;
-    ``md.plan(...)`` yields the ``(source index, slot)`` draws alone, without reading.
+    Use ``open_metadataset(yaml, split=...)``, best in a ``with`` block. ``md.iter(...)`` yields
+    ``MetaSample``s; ``md.plan(...)`` yields the ``(source index, slot)`` draws alone, without
+    reading. ``close()`` releases what every source's datasets and aux stores hold (reads reopen).
     """
 
     def __init__(self, url: str, split: str, mode: str, version: int, sources: list[Source]) -> None:
@@ -203,6 +205,10 @@ class Metadataset:
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()
 
     def __repr__(self) -> str:
         return f"Metadataset({self.url!r}, split={self.split!r}, mode={self.mode}, sources={len(self.sources)})"

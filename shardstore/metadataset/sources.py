@@ -249,5 +249,12 @@ class Source:
         out.aux = self.aux
         return out
 
+    def close(self) -> None:
+        """Release the descriptors and connections of its datasets and aux stores (reads reopen)."""
+        for ds in self.datasets:
+            ds.close()
+        for store in self.aux.values():
+            store.close()
+
     def __repr__(self) -> str:
         return f"Source({self.name!r}, samples={len(self)}, weight={self.weight}, repetitions={self.repetitions})"

@@ -40,8 +40,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from .. import nvmeta
-from ..dataset import ShardRef
 from ..errors import SampleNotFoundError, ShardstoreError
+from ..membercheck import HEADER_SPAN
 from ..storage import ByteRange, LocalStorage, Storage
 from .tree import DIR, MultiTree, Node, Page, Tree, blob_names, not_found
 
@@ -398,16 +398,26 @@ class ShardFS:
         return mtime
 
     def _member_mtime(self, tree: Tree, node: Node) -> int:
-        """The tar header's mtime on local disk (a 12-byte pread of the member's own header, which
-        ends where its data starts); the shard's elsewhere."""
+        """The tar header's mtime on local disk, the shard's elsewhere.
+
+        Locally this reads the headers before the member's data (``HEADER_SPAN`` bytes, one
+        pread: the member's own header ends where its data starts) and first checks that they
+        name the member (``Dataset.verify_member``, ``StaleIndexError`` -> EIO): a shard rewritten
+        with its size and mtime kept never serves another member's bytes. On S3 a rewrite changes
+        the ETag, which the shard check compares."""
         storage = tree.dataset.storage
+        self._check_member(tree, node)
         if isinstance(storage, LocalStorage) and node.offset >= 512:
+            pre = min(node.offset, HEADER_SPAN)
+            span = storage.read_range(tree.shard_names[node.shard], ByteRange(node.offset - pre, pre))
+            ds = tree.dataset
+            ds.verify_member(ds.shard_of(node.shard, node.name), node.name, node.offset, node.size, span)
+            field = span[-376 : -376 + 12]
             try:
-                field = storage.read_range(tree.shard_names[node.shard], ByteRange(node.offset - 376, 12))
                 if field[0] & 0x80:  # base-256
                     return int.from_bytes(field[1:], "big") * _NS
                 return int(field.split(b"\0", 1)[0].strip() or b"x", 8) * _NS
-            except (ValueError, IndexError, ShardstoreError):
+            except (ValueError, IndexError):
                 pass
         return self._shard_mtime(tree, node.shard)
 
@@ -449,7 +459,7 @@ class ShardFS:
         node = self.node(path)
         tree = self._source(path)
         try:
-            self._check_shard(tree, node.shard)
+            self._check_member(tree, node)
             fd = self._shard_fd(tree, node.shard)
         except (ShardstoreError, OSError):
             return
@@ -510,7 +520,7 @@ class ShardFS:
         if node.is_dir:
             raise _Errno(errno.EISDIR)
         tree = self._source(path)
-        self._check_shard(tree, node.shard)
+        self._check_member(tree, node)
         if self.zero_open:
             raise _Errno(errno.ENOSYS)
         direct = 0 < self.direct_io_min <= node.size
@@ -529,11 +539,12 @@ class ShardFS:
         return self.open_member(path, flags)[0]
 
     @staticmethod
-    def _check_shard(tree: Tree, tar_file_id: int) -> None:
-        """Once per shard: it has the size (and ETag) it had at prepare, else StaleIndexError."""
+    def _check_member(tree: Tree, node: Node) -> None:
+        """The member's shard has the size and mtime (ETag) it had at prepare (checked once per
+        shard), and the member's range lies inside it: else ``StaleIndexError`` or
+        ``IndexCorruptError`` (EIO), never a short read reported as success."""
         ds = tree.dataset
-        shard = tree.shard_names[tar_file_id]
-        ds.check_shard(ShardRef(shard, tar_file_id, ds.info.shard_counts[shard]))
+        ds.check_range(ds.shard_of(node.shard, node.name), node.offset, node.size, node.name)
 
     def _shard_fd(self, tree: Tree, tar_file_id: int) -> int:
         key = (id(tree), tar_file_id)
@@ -555,7 +566,7 @@ class ShardFS:
             raise _Errno(errno.EBADF)
         node = self.node(path)  # no handle: the path names the member
         tree = self._source(path)
-        self._check_shard(tree, node.shard)
+        self._check_member(tree, node)
         return _LocalFile(self._shard_fd(tree, node.shard), node)
 
     @_fuse_op

@@ -68,12 +68,14 @@ _Extra = TypeVar("_Extra")
 @dataclass(frozen=True, slots=True)
 class Node:
     """A folder (``shard`` set for a shard's or a sample's folder, for its mtime), or a member's
-    data: ``size`` bytes at ``offset`` of shard ``shard`` (its ``tar_file_id``)."""
+    data: ``size`` bytes at ``offset`` of shard ``shard`` (its ``tar_file_id``), the member
+    ``name`` (``key.part``, as in the tar) whose headers must say so."""
 
     is_dir: bool
     size: int = 0
     shard: int = -1
     offset: int = 0
+    name: str = ""
 
 
 DIR = Node(True)
@@ -118,6 +120,18 @@ def blob_names(blob: bytes) -> list[str]:
 def _entries(pages: Iterable[Page]) -> Iterator[tuple[str, bool]]:
     for names, dirs in pages:
         yield from zip(blob_names(names) if isinstance(names, bytes) else names, map(bool, dirs), strict=True)
+
+
+def _nameable(pages: Iterable[Page]) -> Iterator[Page]:
+    """``pages`` without the names no directory entry can carry: a key or part name with a NUL
+    in it would list as the pieces around the NUL (phantom entries that do not open). Pages read
+    in C hold none (``_list_flat`` reads such a page in Python)."""
+    for names, dirs in pages:
+        if isinstance(names, bytes) or not any("\x00" in name for name in names):
+            yield names, dirs
+            continue
+        keep = [i for i, name in enumerate(names) if "\x00" not in name]
+        yield [names[i] for i in keep], bytes(dirs[i] for i in keep)
 
 
 def _valid(name: str) -> bool:
@@ -188,9 +202,9 @@ class Tree:
         self.root = _View(None)
         self.splits: dict[str, _View] = {}
         if dataset.splits is not None:
-            excluded = frozenset(dataset.splits.excluded_samples())
+            excluded = frozenset(dataset.splits.excluded_samples(dataset.pattern_limit))
             for name in dataset.splits.split_parts:
-                ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name) if s in self.shard_ids)
+                ids = tuple(self.shard_ids[s] for s in dataset.splits.shards(name, dataset.pattern_limit) if s in self.shard_ids)
                 self.splits[name] = _View(ids, excluded)
         if split is not None:
             if split not in self.splits:
@@ -251,7 +265,7 @@ class Tree:
         hit = self.index.part(key, part)
         if hit is None or not view.has(hit[0]) or self._excluded(view, hit[0], key):
             return None
-        return Node(False, size=hit[2], shard=hit[0], offset=hit[1])
+        return Node(False, size=hit[2], shard=hit[0], offset=hit[1], name=f"{key}.{part}")
 
     def _lookup_in(self, view: _View, comps: list[str], path: str) -> Node:
         if not comps:
@@ -320,9 +334,9 @@ class Tree:
     def _list_in(self, view: _View, rel: str, hide: frozenset[str] = frozenset()) -> Iterator[Page]:
         if self.layout == "flat":
             if not rel and view.shard_order and view.ids:
-                return _paged(self._list_shard(view, flat=True))
-            return self._list_flat(view, rel + "/" if rel else "", hide)
-        return _paged(self._list_samples(view, rel, hide))
+                return _nameable(_paged(self._list_shard(view, flat=True)))
+            return _nameable(self._list_flat(view, rel + "/" if rel else "", hide))
+        return _nameable(_paged(self._list_samples(view, rel, hide)))
 
     def _part_suffixes(self, parts: str) -> tuple[str, ...]:
         """"jpg/txt" -> (".jpg", ".txt"), cached: most samples share one set of part names."""
@@ -374,6 +388,8 @@ class Tree:
         while start is not None:
             if in_c:
                 got = self._c_files(prefix, *start)
+                if got is not None and got[0].count(b"\0") != got[1]:
+                    got = None  # a name with a NUL in it (an Energon index may hold one): Python leaves it out
                 if got is None:
                     in_c = False
                 else:

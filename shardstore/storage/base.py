@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..errors import PathEscapeError, StorageError
+from ..resources import Closeable
 
 #: Ranges closer than this are read as one request (the gap is read and dropped).
 MERGE_GAP = 64 * 1024
@@ -90,8 +91,9 @@ def is_remote_url(url: str) -> bool:
     return "://" in str(url) and not str(url).startswith("file://")
 
 
-class Storage(ABC):
-    """A tree of files under one root (a folder or a bucket prefix)."""
+class Storage(Closeable, ABC):
+    """A tree of files under one root (a folder or a bucket prefix). ``close()`` releases what a
+    backend keeps open between reads (a later read opens it again)."""
 
     root: str
 

@@ -28,7 +28,19 @@ _LOCAL_STORAGES: weakref.WeakSet[LocalStorage] = weakref.WeakSet()
 
 def _reopen_after_fork() -> None:
     for storage in list(_LOCAL_STORAGES):
-        storage._fds, storage._lock, storage._pid = {}, threading.Lock(), os.getpid()
+        # The child's copies of the parent's descriptors: closing them touches only the child.
+        _close_fds(storage._fds)
+        storage._lock, storage._pid = threading.Lock(), os.getpid()
+
+
+def _close_fds(fds: dict[str, int]) -> None:
+    """Close and forget every descriptor of ``fds`` (in place: a finalizer holds the same dict)."""
+    while fds:
+        _, fd = fds.popitem()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 if hasattr(os, "register_at_fork"):
@@ -46,6 +58,9 @@ class LocalStorage(Storage):
         self._lock = threading.Lock()
         self._pid = os.getpid()
         _LOCAL_STORAGES.add(self)
+        # The descriptors go with the last reference, whoever drops it (no __del__: a finalizer
+        # also runs at exit and never sees a half-torn-down object).
+        weakref.finalize(self, _close_fds, self._fds)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"root": self.root}
@@ -78,10 +93,10 @@ class LocalStorage(Storage):
         return fd
 
     def close(self) -> None:
+        """Close every cached descriptor (call it when no read is in flight: a descriptor closed
+        under a read could be reused by another open); a later read opens again."""
         with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+            _close_fds(self._fds)
 
     def _forget(self, path: str) -> None:
         """Close the cached descriptor of ``path``: it is being replaced or removed."""

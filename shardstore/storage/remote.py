@@ -88,6 +88,8 @@ class FsspecStorage(Storage):
                     f"reading {self.protocol}:// URLs needs an extra: pip install 'shardstore[{extra}]' ({e})",
                     path=self.root,
                 ) from e
+            except ValueError as e:  # fsspec: "Protocol not known"
+                raise StorageError(f"unknown URL protocol {self.protocol}:// ({e})", path=self.root) from e
         return self._fs
 
     def _fast_reader(self) -> Any:

@@ -15,6 +15,7 @@ from ci import in_ci
 import shardstore
 from shardstore.errors import SampleNotFoundError
 from shardstore.filestores import IndexedTarStore
+from shardstore.index import names as name_tables
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_dataset import expected, extra_shard  # noqa: E402  (tests/test_dataset.py)
@@ -57,7 +58,7 @@ def test_name_table_on_an_energon_prepared_dataset(
     assert all(theirs[n][0] == data for n, data in members.items())
     assert store.dataset.index._find is not None and ds.index._find is not None  # the table answered
     assert sorted((root / ".nv-meta").iterdir()) == meta  # the table went to the cache
-    assert len(list((tmp_path / "cache" / "names").glob("*.v1"))) == 1
+    assert len(list((tmp_path / "cache" / "names").glob(f"*.v{name_tables._VERSION}"))) == 1
     for missing in ("dir.with.dots/k1.nope", "__meta__/info.json", "noextension", "s00000_000000"):
         assert missing not in store
         with pytest.raises(SampleNotFoundError):

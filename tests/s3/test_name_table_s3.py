@@ -13,6 +13,7 @@ from make_polylithic import media_bytes, write_aux_tar
 
 import shardstore
 from shardstore.filestores import IndexedTarStore
+from shardstore.index import names as name_tables
 
 pytestmark = pytest.mark.s3
 
@@ -44,7 +45,7 @@ def test_name_table_for_a_dataset_on_s3(
     ds = shardstore.open(url, split=None, storage_options=storage_options)
     assert ds.read_file(names[5]) == media_bytes("image", 5)
     assert store.dataset.index._find is not None and ds.index._find is not None
-    assert len(list((tmp_path / "cache" / "names").glob("*.v1"))) == 1  # one table, shared by both
+    assert len(list((tmp_path / "cache" / "names").glob(f"*.v{name_tables._VERSION}"))) == 1  # one table, shared by both
     assert sorted(s3fs_client.find(url)) == before  # nothing written to the bucket
 
     ctx = multiprocessing.get_context("fork")
