@@ -129,7 +129,7 @@ def test_info_and_check_on_a_shard_file(prepared: Path) -> None:
     shard = str(prepared / "parts/data-000000.tar")
     for command in ("info", "check", "ls"):
         code, _, err = cli(command, shard)
-        one_line_error(code, err, "data-000000.tar", "not a prepared dataset")
+        one_line_error(code, err, "data-000000.tar", "not a folder")
 
 
 def test_unknown_url_protocol(tmp_path: Path) -> None:
