@@ -38,15 +38,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import peers  # tools/bench, the script's own folder, is first on sys.path
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
 import shardstore  # noqa: E402
 from shardstore.mount import _fuse_library, _is_mounted  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
 
 DEFAULT_256K = "/work/bench-data/read"
 ENERGON = Path(sys.executable).parent / "energon"  # the running venv's

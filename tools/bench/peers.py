@@ -96,12 +96,18 @@ def ratarmount_cmd(tars: list[str], index_dir: str, *extra: str) -> list[str]:
     return [exe, "--index-folders", index_dir, "--index-minimum-file-count", "0", *extra, *tars]
 
 
+def is_mounted(mp: str) -> bool:
+    """Whether ``mp`` is a mount point now (from /proc/self/mountinfo: no stat of a mount that
+    may not answer yet)."""
+    target = os.path.realpath(mp)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4].encode().decode("unicode_escape") == target for line in f)
+
+
 @contextmanager
 def ratarmount_mount(tars: list[str], mp: str, index_dir: str, fresh: bool = True) -> Iterator[int]:
     """ratarmount in the foreground on ``mp``; yields its pid once the mount is up. ``fresh``
     removes ``index_dir`` first, so its index build is counted in the time to be ready."""
-    from shardstore.mount import _is_mounted
-
     if fresh:
         shutil.rmtree(index_dir, ignore_errors=True)
     os.makedirs(index_dir, exist_ok=True)
@@ -111,7 +117,7 @@ def ratarmount_mount(tars: list[str], mp: str, index_dir: str, fresh: bool = Tru
     )
     try:
         deadline = time.monotonic() + 1800
-        while not _is_mounted(mp):
+        while not is_mounted(mp):
             if proc.poll() is not None:
                 raise RuntimeError(f"ratarmount exited with {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
             if time.monotonic() > deadline:

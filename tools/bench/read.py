@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import peers  # tools/bench, the script's own folder, is first on sys.path
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
@@ -42,9 +44,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import numpy as np  # noqa: E402
 
 import shardstore  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
 
 DEFAULT_DATA = "/work/bench-data/read"
 SEED = 20240601
