@@ -60,7 +60,7 @@ def test_bench_quick_writes_json_table_and_charts(tmp_path: Path) -> None:
     assert "| prepare / index build (s) |" in page
     assert "WebDataset" in page or "webdataset" in page  # webdataset.WebDataset, in the test venv, ran
     charts = sorted(p.name for p in (tmp_path / "img").glob("bench-*.png"))
-    assert "bench-reading.png" in charts and "bench-prepare.png" in charts
+    assert "bench-reading-random-access-and-in-order.png" in charts and "bench-prepare-and-index-builds.png" in charts
     for name in charts:
         assert (tmp_path / "img" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(img/{name})" in page

@@ -447,7 +447,7 @@ def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
         notes["ratarmount"] = "not measured"
     return [{
         "figure": "prepare / index build", "unit": "s", "higher_is_better": False, "values": values,
-        "labels": labels, "notes": notes, "chart": "prepare",
+        "labels": labels, "notes": notes, "chart": "prepare and index builds",
         "target": {"column": "wids/webdataset", "ratio": 3.0, "also": ["ratarmount"]},
     }]
 

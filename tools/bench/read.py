@@ -777,7 +777,7 @@ def summary_rows(sections: dict[str, Section], wids: dict[str, Any] | None) -> l
             notes["wids/webdataset"] = "not measured"
         notes["ratarmount"] = "mount only (see mount rows)"
         row: dict[str, Any] = {"figure": title, "unit": unit, "higher_is_better": True, "values": values,
-                               "labels": labels, "notes": notes, "chart": "reading"}
+                               "labels": labels, "notes": notes, "chart": "reading: random access and in order"}
         if target:
             row["target"] = {"column": "wids/webdataset", "ratio": target}
         rows.append(row)

@@ -198,8 +198,8 @@ def charts(rows: list[Row], img: Path) -> list[tuple[str, Path]]:
         if log:
             ax.set_yscale("log")
         ax.margins(y=0.25)
-        ax.legend(fontsize=8, ncol=min(len(cols), 5), loc="upper center", bbox_to_anchor=(0.5, 1.18), frameon=False)
-        ax.set_title(name, fontsize=10, pad=28)
+        ax.legend(fontsize=8, ncol=min(len(cols), 5), loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+        fig.suptitle(name, fontsize=10)
         fig.tight_layout()
         path = img / f"bench-{re.sub(r'[^a-z0-9]+', '-', name.lower()).strip('-')}.png"
         fig.savefig(path, dpi=110)
