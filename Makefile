@@ -5,13 +5,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds test test-fast demo lint bench system-deps clean
+.PHONY: help venv energon6 tfds test test-fast demo lint bench system-deps clean bench-quick bench-peers
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
 	@echo "make test   - install everything the tests need and run the whole suite"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
+	@echo "make bench-quick - the same scripts on tiny data (a few minutes; figures mean nothing)"
 
 $(VENV)/.installed: pyproject.toml setup.py shardstore/_tarwalk.c shardstore/_fusefast.c
 	$(PYTHON) -m venv $(VENV)
@@ -70,10 +71,29 @@ lint: venv
 	$(PY) -m ruff check shardstore nv_meta_schema tools tests
 	$(PY) -m mypy shardstore nv_meta_schema
 
-bench: venv
-	$(PY) tools/bench/prepare.py
-	$(PY) tools/bench/read.py
-	$(PY) tools/bench/aux.py
+# Every benchmark on the default dataset (made under /work/benchdata if missing), then the summary
+# table and charts of docs/benchmarks.md from their JSON in docs/bench/ (tools/bench/all.py).
+bench: venv bench-peers
+	$(PY) tools/bench/all.py
+
+bench-quick: venv bench-peers
+	$(PY) tools/bench/all.py --quick
+
+# The benchmarks' peers, each in a venv of its own: wids (webdataset 0.2.111, the last with wids;
+# it imports torch and conflicts with webdataset 1.0 of .venv) and ratarmount (FUSE).
+WIDS_VENV ?= .venv-wids
+RATARMOUNT_VENV ?= .venv-ratarmount
+$(WIDS_VENV)/.installed:
+	$(PYTHON) -m venv $(WIDS_VENV)
+	$(WIDS_VENV)/bin/python -m pip install -q torch==2.13.0 webdataset==0.2.111
+	touch $@
+
+$(RATARMOUNT_VENV)/.installed:
+	$(PYTHON) -m venv $(RATARMOUNT_VENV)
+	$(RATARMOUNT_VENV)/bin/python -m pip install -q ratarmount==1.3.0
+	touch $@
+
+bench-peers: $(WIDS_VENV)/.installed $(RATARMOUNT_VENV)/.installed
 
 clean:
-	rm -rf $(VENV) $(ENERGON6) $(TFDS) demo-data .pytest_cache
+	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache

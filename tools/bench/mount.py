@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -39,6 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import peers  # tools/bench, the script's own folder, is first on sys.path
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
@@ -47,7 +48,7 @@ import shardstore  # noqa: E402
 from shardstore.mount.process import _fuse_library, _is_mounted  # noqa: E402
 
 DEFAULT_256K = "/work/bench-data/read"
-ENERGON = ROOT / ".venv" / "bin" / "energon"
+ENERGON = Path(sys.executable).parent / "energon"  # the running venv's
 #: (figure, minimum) from the issue and DESIGN.md section 7.
 TARGETS = {"files_vs_energon": 2.0, "large_vs_direct": 0.5, "ready_s": 1.0, "rss_mb": 100.0, "listing_per_s": 100_000}
 
@@ -105,15 +106,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def read_all(mp: str) -> tuple[int, float, str]:
-    """Read every file of the mount's root: (files, seconds, digest of names and contents).
+def read_all(mp: str) -> tuple[int, float, str, float]:
+    """Read every file of the mount's root: (files, seconds, digest of names and contents, median
+    microseconds per file).
 
-    Only the listing and the reads are timed; the digest is taken afterwards.
+    Only the listing and the reads are timed; the digest is taken afterwards. The median time per
+    file (open, read, close) is the figure a busy machine moves least: there a few files that wait
+    for a time slice (milliseconds each) make most of the wall time.
     """
     t0 = time.perf_counter()
     names = sorted(n for n in os.listdir(mp) if not n.startswith(".by-"))
     contents = []
+    per_file = []
     for name in names:
+        t_file = time.perf_counter()
         # os.open/os.read, not open(): Python's open() asks isatty(), one more ioctl round trip
         # through FUSE per file on both mounts that says nothing about either
         fd = os.open(os.path.join(mp, name), os.O_RDONLY)
@@ -123,12 +129,14 @@ def read_all(mp: str) -> tuple[int, float, str]:
                 chunks.append(chunk)
         finally:
             os.close(fd)
+        per_file.append(time.perf_counter() - t_file)
         contents.append(chunks)
     seconds = time.perf_counter() - t0
     digest = hashlib.sha256()
     for name, chunks in zip(names, contents, strict=True):
         digest.update(name.encode() + b"\0" + hashlib.sha256(b"".join(chunks)).digest())
-    return len(names), seconds, digest.hexdigest()
+    per_file.sort()
+    return len(names), seconds, digest.hexdigest(), per_file[len(per_file) // 2] * 1e6
 
 
 def best(runs: int, fn: Callable[[], Any], key: Callable[[Any], float]) -> Any:
@@ -197,37 +205,50 @@ def tiny_256k(work: Path) -> Path:
 
 
 # ----- figures ------------------------------------------------------------------------------------
-def bench_files(work: Path, repeat: int) -> dict[str, Any]:
+def bench_files(work: Path, repeat: int, with_peers: bool) -> dict[str, Any]:
     data = small_dataset(work)
     out: dict[str, Any] = {"dataset": str(data)}
     digests = {}
-    for label, mounter in (("shardstore", shardstore_mount), ("energon", energon_mount)):
+    mounters: list[tuple[str, Any]] = [("shardstore", shardstore_mount), ("energon", energon_mount)]
+    if with_peers:
+        mounters.append(("ratarmount", lambda d, mp: peers.ratarmount_mount(tars_of(d), mp, str(work / "ratar-index"))))
+    for label, mounter in mounters:
 
-        def run(mounter: Any = mounter, label: str = label) -> tuple[int, float, str, float, float]:
+        def run(mounter: Any = mounter, label: str = label) -> tuple[int, float, str, float, float, float]:
             mp = str(work / f"mnt-{label}")
             t0 = time.perf_counter()
             with mounter(data, mp) as pid:
                 ready = time.perf_counter() - t0
                 cpu0 = cpu_seconds(pid) + time.process_time()
-                n, seconds, digest = read_all(mp)
+                n, seconds, digest, median_us = read_all(mp)
                 cpu = cpu_seconds(pid) + time.process_time() - cpu0
-            return n, seconds, digest, ready, cpu
+            return n, seconds, digest, ready, cpu, median_us
 
-        n, seconds, digest, ready, cpu = best(repeat, run, key=lambda r: r[1])
+        n, seconds, digest, ready, cpu, median_us = best(repeat, run, key=lambda r: r[1])
         digests[label] = digest
         out[label] = {
             "files": n, "seconds": round(seconds, 3), "files_per_s": round(n / seconds), "ready_s": round(ready, 3),
-            "cpu_us_per_file": round(cpu / n * 1e6),
+            "cpu_us_per_file": round(cpu / n * 1e6), "median_us_per_file": round(median_us),
         }
         print(
             f"  {label:10s} {n} files in {seconds:.3f} s: {n / seconds:,.0f} files/s "
-            f"(mount ready in {ready:.2f} s; {cpu / n * 1e6:.0f} us CPU per file, mount process + reader)",
+            f"(mount ready in {ready:.2f} s; median {median_us:.0f} us a file; {cpu / n * 1e6:.0f} us CPU per file, "
+            "mount process + reader)",
             flush=True,
         )
-    if digests["shardstore"] != digests["energon"]:
-        raise SystemExit("the two mounts returned different bytes")
+    if len(set(digests.values())) != 1:
+        raise SystemExit(f"the mounts returned different names or bytes: {digests}")
     out["ratio"] = round(out["shardstore"]["files_per_s"] / out["energon"]["files_per_s"], 2)
+    if "ratarmount" in out:
+        out["ratio_vs_ratarmount"] = round(out["shardstore"]["files_per_s"] / out["ratarmount"]["files_per_s"], 2)
     return out
+
+
+def tars_of(data: Path) -> list[str]:
+    """The shards of a prepared dataset, for ratarmount (a union mount of them: its root holds
+    every member, as shardstore's flat root does)."""
+    ds = shardstore.open(str(data), split=None)
+    return [str(data / s.name) for s in ds.shards]
 
 
 def read_sequential(path: str, offset: int, size: int, block: int = 1 << 20) -> tuple[float, str]:
@@ -250,7 +271,7 @@ def read_sequential(path: str, offset: int, size: int, block: int = 1 << 20) -> 
     return seconds, hashlib.sha256(view[:pos]).hexdigest()
 
 
-def bench_large(work: Path, mb: int, repeat: int) -> dict[str, Any]:
+def bench_large(work: Path, mb: int, repeat: int, with_peers: bool) -> dict[str, Any]:
     data, name, size = large_dataset(work, mb)
     ds = shardstore.open(str(data), split=None)
     shard, rng = ds.member_range(name)
@@ -275,6 +296,17 @@ def bench_large(work: Path, mb: int, repeat: int) -> dict[str, Any]:
         return seconds
 
     lib = best(repeat, library, key=lambda r: r)
+    ratar = None
+    if with_peers:
+
+        def through_ratarmount() -> tuple[float, str]:
+            mp = str(work / "mnt-large-ratarmount")
+            with peers.ratarmount_mount([tar], mp, str(work / "ratar-index-large"), fresh=False):
+                return read_sequential(os.path.join(mp, name), 0, size)
+
+        ratar, got = best(repeat, through_ratarmount, key=lambda r: r[0])
+        if got != want:
+            raise SystemExit("the large member read through ratarmount differs from the tar's bytes")
     out = {
         "member_mb": mb,
         "direct_mb_per_s": round(size / direct / 1e6),
@@ -283,6 +315,9 @@ def bench_large(work: Path, mb: int, repeat: int) -> dict[str, Any]:
         "ratio": round(direct / mounted, 2),
         "ratio_vs_library": round(lib / mounted, 2),
     }
+    if ratar is not None:
+        out["ratarmount_mb_per_s"] = round(size / ratar / 1e6)
+        print(f"  through ratarmount {out['ratarmount_mb_per_s']:,} MB/s", flush=True)
     print(
         f"  direct (1 MB preads of the tar into one buffer) {out['direct_mb_per_s']:,} MB/s, "
         f"ds.read_file (one read) {out['library_mb_per_s']:,} MB/s, "
@@ -316,7 +351,7 @@ def timed_shell(cmd: str) -> float:
     return time.perf_counter() - t0
 
 
-def bench_256k(work: Path, data: Path | None, repeat: int) -> dict[str, Any]:
+def bench_256k(work: Path, data: Path | None, repeat: int, with_peers: bool) -> dict[str, Any]:
     if data is None:
         data = tiny_256k(work)
     samples = sum(shardstore.open(str(data), split=None).info.shard_counts.values())
@@ -369,7 +404,88 @@ def bench_256k(work: Path, data: Path | None, repeat: int) -> dict[str, Any]:
             f"{fig['entries']:,} entries at {fig['listing_per_s']:,}/s",
             flush=True,
         )
+    if with_peers:
+        out["ratarmount"] = bench_256k_ratarmount(work, data, repeat)
     return out
+
+
+def bench_256k_ratarmount(work: Path, data: Path, repeat: int) -> dict[str, Any]:
+    """ratarmount's union mount of the same shards: time to ready with its index built first (a
+    fresh index folder: what a first mount costs) and with the index already there, then the
+    first page and ``ls | head`` of its root, and its memory."""
+    tars = tars_of(data)
+    mp, index_dir = str(work / "mnt-256k-ratarmount"), str(work / "ratar-index-256k")
+
+    def run(fresh: bool) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        with peers.ratarmount_mount(tars, mp, index_dir, fresh=fresh) as pid:
+            ready = time.perf_counter() - t0
+            subprocess.run(f"ls -U {mp} | head -3", shell=True, capture_output=True, check=True)
+            first_page = time.perf_counter() - t0
+            ls_head = timed_shell(f"ls {mp} | head -3")
+            return {"ready_s": round(ready, 3), "first_page_s": round(first_page, 3), "ls_head_s": round(ls_head, 3),
+                    "rss_mb": round(rss_mb(pid), 1)}
+
+    first = run(True)  # with its index build: once, it takes long on the full data
+    again = best(repeat, lambda: run(False), key=lambda r: r["first_page_s"])
+    out = {"with_index_build": first, "index_present": again}
+    print(
+        f"  ratarmount: ready + first page {first['first_page_s']:.2f} s with its index build "
+        f"({again['first_page_s']:.2f} s with the index there), ls | head {again['ls_head_s']:.2f} s, "
+        f"RSS {again['rss_mb']:.0f} MB",
+        flush=True,
+    )
+    return out
+
+
+def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """This script's rows for tools/bench/summary.py (shape documented there)."""
+    rows: list[dict[str, Any]] = []
+    na = "not measured"
+    if "files" in results:
+        f = results["files"]
+        values = {col: f[k]["files_per_s"] for k, col in (("shardstore", "shardstore"), ("energon", "Energon"),
+                                                          ("ratarmount", "ratarmount")) if k in f}
+        rows.append({"figure": "mount: read every file (1,000 samples)", "unit": "files/s", "higher_is_better": True,
+                     "values": values, "notes": {"wids/webdataset": "no mount", "floor": na,
+                                                  **({} if "ratarmount" in values else {"ratarmount": na})},
+                     "chart": "mount: every file of 1,000 samples", "target": {"column": "ratarmount", "ratio": 3.0}})
+        # the same loop's median time per file and CPU per file (mount process + reader): what the
+        # load on the machine moves least
+        for key, title in (("median_us_per_file", "median time per file read"),
+                           ("cpu_us_per_file", "CPU per file read, mount process + reader")):
+            per = {col: f[k][key] for k, col in (("shardstore", "shardstore"), ("energon", "Energon"),
+                                                 ("ratarmount", "ratarmount")) if k in f and key in f[k]}
+            rows.append({"figure": f"mount: {title}", "unit": "us", "higher_is_better": False, "values": per,
+                         "notes": {"wids/webdataset": "no mount", "floor": na,
+                                   **({} if "ratarmount" in per else {"ratarmount": na})}})
+    if "large" in results:
+        g = results["large"]
+        values = {"shardstore": g["mount_mb_per_s"], "floor": g["direct_mb_per_s"]}
+        if "ratarmount_mb_per_s" in g:
+            values["ratarmount"] = g["ratarmount_mb_per_s"]
+        rows.append({"figure": f"mount: one {g['member_mb']} MB member, 1 MB reads", "unit": "MB/s",
+                     "higher_is_better": True, "values": values,
+                     "notes": {"Energon": na, "wids/webdataset": "no mount"}, "chart": "mount: one large member"})
+    if "256k" in results:
+        k = results["256k"]
+        n = f"{k['flat']['entries']:,}"
+        ready = {"shardstore": k["flat"]["first_page_s"]}
+        ls = {"shardstore": k["flat"]["ls_head_s"], "floor": k["real_folder"]["ls_head_s"]}
+        labels = {}
+        if "ratarmount" in k:
+            r = k["ratarmount"]
+            ready["ratarmount"] = r["with_index_build"]["first_page_s"]
+            labels["ratarmount"] = f"index build included; {r['index_present']['first_page_s']:.2f} s with it built"
+            ls["ratarmount"] = r["index_present"]["ls_head_s"]
+        notes = {"Energon": na, "wids/webdataset": "no mount"}
+        rows.append({"figure": f"mount: ready + first listing page ({n} entries)", "unit": "s", "higher_is_better": False,
+                     "values": ready, "labels": labels, "notes": {**notes, "floor": "-"}, "chart": "mount: start and listing of the flat root",
+                     "target": {"column": "ratarmount", "ratio": 1.0}})
+        rows.append({"figure": f"mount: `ls | head` of the {n}-entry root", "unit": "s", "higher_is_better": False,
+                     "values": ls, "labels": {"floor": "a real folder of the same names"}, "notes": notes,
+                     "chart": "mount: start and listing of the flat root"})
+    return rows
 
 
 def main() -> None:
@@ -380,7 +496,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["files", "large", "256k"], action="append")
     ap.add_argument("--json", help="write the figures here as JSON")
+    ap.add_argument("--skip-peers", action="store_true", help="leave ratarmount out")
     args = ap.parse_args()
+    with_peers = not args.skip_peers and peers.ratarmount_bin() is not None
+    if not args.skip_peers and not with_peers:
+        peers.missing("ratarmount", "its mount figures")
     os.environ.setdefault("FUSE_LIBRARY_PATH", _fuse_library())
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="shardstore-mount-bench-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -388,14 +508,14 @@ def main() -> None:
     results: dict[str, Any] = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0]}
     if "files" in only:
         print("1,000 samples, every file through the flat root:", flush=True)
-        results["files"] = bench_files(work, args.repeat)
+        results["files"] = bench_files(work, args.repeat, with_peers)
     if "large" in only:
         print(f"one {args.large_mb} MB member, 1 MB reads:", flush=True)
-        results["large"] = bench_large(work, args.large_mb, args.repeat)
+        results["large"] = bench_large(work, args.large_mb, args.repeat, with_peers)
     if "256k" in only:
         data = Path(args.data_256k) if (Path(args.data_256k) / ".nv-meta" / "index.sqlite").exists() else None
         print(f"256k samples ({data or 'synthetic tiny parts'}):", flush=True)
-        results["256k"] = bench_256k(work, data, args.repeat)
+        results["256k"] = bench_256k(work, data, args.repeat, with_peers)
     results["load_after"] = os.getloadavg()[0]
     checks = []
     if "files" in results:
@@ -403,6 +523,11 @@ def main() -> None:
     if "large" in results:
         checks.append(("large member vs direct 1 MB preads", results["large"]["ratio"], TARGETS["large_vs_direct"], True))
         checks.append(("large member vs ds.read_file", results["large"]["ratio_vs_library"], TARGETS["large_vs_direct"], True))
+    if "ratio_vs_ratarmount" in results.get("files", {}):
+        checks.append(("files/s vs ratarmount", results["files"]["ratio_vs_ratarmount"], 3.0, True))
+    if "ratarmount" in results.get("256k", {}):
+        r = results["256k"]["ratarmount"]["with_index_build"]["first_page_s"]
+        checks.append(("256k ready + first page: ratarmount's (s) / shardstore's", round(r / results["256k"]["flat"]["first_page_s"], 2), 1.0, True))
     if "256k" in results:
         flat = results["256k"]["flat"]
         checks += [
@@ -419,8 +544,12 @@ def main() -> None:
         ok = value >= target if higher else value <= target
         print(f"  {'ok  ' if ok else 'MISS'} {label}: {value} ({'>=' if higher else '<='} {target})")
     results["targets_met"] = all((v >= t) if h else (v <= t) for _, v, t, h in checks)
+    results["summary"] = summary_rows(results)
+    results["source"] = {"script": "tools/bench/mount.py", "argv": sys.argv[1:], "data": args.data_256k,
+                         "load": [results["load_before"], results["load_after"]],
+                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        peers.load_bench("prepare").write_json(results, args.json)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
 

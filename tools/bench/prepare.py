@@ -270,6 +270,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of shardstore and the floor (median kept)")
     ap.add_argument("--energon-repeat", type=int, default=1, help="runs of energon prepare")
     ap.add_argument("--skip-energon", action="store_true", help="leave energon out (no ratio against it)")
+    ap.add_argument("--skip-peers", action="store_true", help="leave out ratarmount's and wids' index builds")
     ap.add_argument("--skip-flatness", action="store_true", help=f"leave out the {FLATNESS_SHARDS}-shard run")
     ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
     ap.add_argument("--scratch", help="folder for the linked copies (default: beside the dataset)")
@@ -313,6 +314,7 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
     ss_dir, en_dir, flat_dir = (os.path.join(scratch, n) for n in ("shardstore", "energon", f"first{FLATNESS_SHARDS}"))
     link_copy(shards, root, ss_dir)
     link_copy(shards, root, en_dir)
+    load_before = os.getloadavg()[0]
     nbytes, warm_s = warm(shards)
     log(f"{len(shards)} shards, {nbytes / 1e9:.2f} GB; page cache warmed in {warm_s:.1f} s")
     workers = ["--num-workers", str(args.num_workers)]
@@ -334,6 +336,8 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
             energon.runs.append(measure(energon_cmd, args.poll))
             log(f"energon run {i + 1}/{args.energon_repeat}: {energon.runs[-1].seconds:.2f} s")
         figures["energon"] = energon
+    if not args.skip_peers:
+        figures.update(peer_index_builds(shards, scratch, args))
 
     results: dict[str, Any] = {
         "dataset": {
@@ -375,7 +379,14 @@ def run_all(args: argparse.Namespace, root: str, shards: list[str], scratch: str
             "tree_peak_ratio": round(shardstore.tree_peak_mb / small.tree_peak_mb, 3),
             "max_process_ratio": round(shardstore.max_process_mb / small.max_process_mb, 3),
         }
+    results["ratios"].update(peer_ratios(figures, shardstore))
     results["targets"] = check_targets(results)
+    results["summary"] = summary_rows(results)
+    results["source"] = {
+        "script": "tools/bench/prepare.py", "argv": sys.argv[1:], "data": root, "samples": samples,
+        "gb": round(nbytes / 1e9, 2), "load": [load_before, os.getloadavg()[0]],
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     return results
 
 
@@ -412,6 +423,75 @@ def media_rows(folder: str) -> list[tuple[Any, ...]]:
         return sorted(con.execute("SELECT entry_key, metadata_type, metadata_json FROM media_metadata"))
     finally:
         con.close()
+def peer_index_builds(shards: list[str], scratch: str, args: argparse.Namespace) -> dict[str, Figure]:
+    """The index builds of the tools users would pick instead, on the same shards, ``--repeat``
+    times each (median kept), timed like the others (subprocess wall, CPU, memory):
+
+    - ratarmount: ``ratarmount --recreate-index --no-mount`` (one ``.index.sqlite`` per shard, in a
+      scratch folder; the build it does before its mount is ready);
+    - wids: ``widsindex create`` (its command: copies each shard to ``/tmp/shard.tar``, takes its
+      MD5 and counts its samples) and, kinder to wids, the sample count alone (``wids_scan``:
+      ``compute_num_samples`` over every shard, the in-memory scan each wids process also repeats
+      when it opens a shard).
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers
+
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    cmds: dict[str, list[str]] = {}
+    if peers.ratarmount_bin():
+        index_dir = os.path.join(scratch, "ratarmount-index")
+        os.makedirs(index_dir, exist_ok=True)
+        cmds["ratarmount"] = [*peers.ratarmount_cmd(shards, index_dir, "--recreate-index", "--no-mount")]
+    else:
+        peers.missing("ratarmount", "its index build")
+    if peers.wids_python() and peers.widsindex_bin():
+        cmds["widsindex"] = [peers.widsindex_bin() or "", "create", "-o", os.path.join(scratch, "widsindex.json"), *shards]
+        cmds["wids_scan"] = [peers.wids_python() or "", str(peers.WIDS_WORKER), "index",
+                             os.path.join(scratch, "wids-scan.json"), *shards]
+    else:
+        peers.missing("wids", "its index build")
+    out = {name: Figure(name) for name in cmds}
+    for i in range(args.repeat):
+        for name, cmd in cmds.items():
+            out[name].runs.append(measure(cmd, args.poll))
+            log(f"{name} run {i + 1}/{args.repeat}: {out[name].runs[-1].seconds:.2f} s")
+    return out
+
+
+def peer_ratios(figures: dict[str, Figure], shardstore: Figure) -> dict[str, float]:
+    """How many times longer each peer's index build took than shardstore's prepare (wall, CPU)."""
+    out = {}
+    for peer in ("ratarmount", "widsindex", "wids_scan"):
+        if peer in figures:
+            out[f"{peer}_over_shardstore"] = round(figures[peer].seconds / shardstore.seconds, 2)
+            out[f"{peer}_over_shardstore_cpu"] = round(figures[peer].cpu_seconds / shardstore.cpu_seconds, 2)
+    return out
+
+
+def summary_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The summary row of this script for tools/bench/summary.py (shape documented there):
+    seconds to prepare / build the index, median of the runs. wids' figure is its index command,
+    ``widsindex create``; the sample count alone (no copy, no MD5) is given beside it."""
+    figs = results["figures"]
+    sec = lambda name: figs[name]["seconds_median"]  # noqa: E731
+    values = {col: sec(name) for name, col in (("shardstore", "shardstore"), ("energon", "Energon"), ("floor", "floor"))
+              if name in figs}
+    labels, notes = {}, {}
+    if "widsindex" in figs:
+        values["wids/webdataset"] = sec("widsindex")
+        labels["wids/webdataset"] = f"widsindex create; the sample count alone {sec('wids_scan'):.1f} s"
+    else:
+        notes["wids/webdataset"] = "not measured"
+    if "ratarmount" in figs:
+        values["ratarmount"] = sec("ratarmount")
+    else:
+        notes["ratarmount"] = "not measured"
+    return [{
+        "figure": "prepare / index build", "unit": "s", "higher_is_better": False, "values": values,
+        "labels": labels, "notes": notes, "chart": "prepare and index builds",
+        "target": {"column": "wids/webdataset", "ratio": 3.0, "also": ["ratarmount"]},
+    }]
 
 
 def in_process(floor: Figure, shardstore: Figure) -> dict[str, float]:
@@ -444,6 +524,10 @@ def check_targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         r = ratios["energon_media_over_shardstore_media"]
         out["media_10x_faster_than_energon"] = {"value": r, "met": r >= 10}
     out["within_2x_of_floor"] = {"value": ratios["shardstore_over_floor"], "met": ratios["shardstore_over_floor"] <= 2}
+    for peer in ("ratarmount", "wids_scan", "widsindex"):
+        if f"{peer}_over_shardstore" in ratios:
+            v = ratios[f"{peer}_over_shardstore"]
+            out[f"3x_faster_than_{peer}"] = {"value": v, "met": v >= 3}
     if "flatness" in results:
         r = results["flatness"]["tree_peak_ratio"]
         out["memory_flat"] = {"value": r, "met": r <= FLATNESS_MAX}
@@ -493,6 +577,9 @@ def print_report(results: dict[str, Any]) -> None:
             f"{fl['shards_small']} shards {fl['small']['tree_peak_mb']:.1f} MB -> {fl['tree_peak_ratio']:.2f}x "
             f"(largest process {fl['max_process_ratio']:.2f}x)"
         )
+    for peer in ("ratarmount", "widsindex", "wids_scan"):
+        if f"{peer}_over_shardstore" in r:
+            print(f"{peer} / shardstore: {r[f'{peer}_over_shardstore']:.1f}x time ({r[f'{peer}_over_shardstore_cpu']:.1f}x CPU)")
     if "outputs_agree" in results:
         oa = results["outputs_agree"]
         print(f"outputs agree: .info.json identical={oa['info_json_identical']}, rows {oa['counts']}")

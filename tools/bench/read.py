@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -33,6 +34,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import peers  # tools/bench, the script's own folder, is first on sys.path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -52,6 +55,9 @@ TARGETS = [
     ("member", "energon", 5.0),
     ("s3", "one_by_one", 10.0),
     ("s3_delay", "one_by_one", 10.0),
+    # against the tools users would pick instead (issue 16)
+    ("position", "wids", 3.0),
+    ("sequential", "webdataset", 1.5),
 ]
 
 
@@ -353,7 +359,7 @@ def bench_member(
     return measure_against_floor(sec, names, ds.read_file, payload, ranges, store, repeat, energon_repeat)
 
 
-def bench_sequential(ds: shardstore.Dataset, repeat: int) -> Section:
+def bench_sequential(ds: shardstore.Dataset, repeat: int, with_peers: bool = True) -> Section:
     sec = Section("sequential", note=f"the whole split ({len(ds)} samples) in order")
     try:
         first = next(ds.iter())
@@ -384,8 +390,65 @@ def bench_sequential(ds: shardstore.Dataset, repeat: int) -> Section:
                 os.close(fd)
 
     total = sum(os.path.getsize(p) for p in paths)
-    measure(sec, [("floor", floor, len(ds), total, repeat), ("shardstore", ours, len(ds), payload, repeat)])
+    cases: list[tuple[str, Callable[[], object], int, int, int]] = [
+        ("floor", floor, len(ds), total, repeat), ("shardstore", ours, len(ds), payload, repeat)
+    ]
+    if with_peers and importlib.util.find_spec("webdataset") is not None:
+        cases.append(("webdataset", webdataset_loop(paths, len(ds), payload), len(ds), payload, repeat))
+    measure(sec, cases)
     return sec
+
+
+def webdataset_loop(paths: list[str], count: int, payload: int) -> Callable[[], None]:
+    """``webdataset.WebDataset(shards, shardshuffle=False)`` iterated raw (no decoding), the way a
+    WebDataset user reads a split in order; checked once to yield the same samples and bytes."""
+    import webdataset as wds
+
+    n = nbytes = 0
+    for s in wds.WebDataset(paths, shardshuffle=False):
+        n += 1
+        nbytes += sum(len(v) for k, v in s.items() if not k.startswith("__"))
+    assert (n, nbytes) == (count, payload), f"webdataset read {n} samples, {nbytes} bytes; shardstore {count}, {payload}"
+
+    def run() -> None:
+        for _ in wds.WebDataset(paths, shardshuffle=False):
+            pass
+
+    return run
+
+
+def bench_wids(
+    ds: shardstore.Dataset, sections: dict[str, Section], positions: list[int], keys: list[str], repeat: int,
+    check: int, sequential: bool,
+) -> dict[str, Any]:
+    """wids (``ShardListDataset``, raw samples) on the same positions and keys, in its own venv: adds
+    a ``wids`` figure to the position, key and sequential sections; returns its index build and
+    open times. Its samples are checked to be shardstore's (same keys, same bytes)."""
+    import tempfile
+
+    paths = [os.path.join(ds.url, s.name) for s in ds.shards]
+    with tempfile.TemporaryDirectory(prefix="wids-bench-") as tmp:
+        shardlist = os.path.join(tmp, "shards.json")
+        index = peers.run_wids(["index", shardlist, *paths])
+        job: dict[str, Any] = {"positions": positions, "keys": keys, "repeat": repeat, "check": check,
+                               "sequential": sequential}
+        got = peers.wids_read(shardlist, job)
+    assert got["samples"] == len(ds), (got["samples"], len(ds))
+    want = {
+        "position": peers.sample_digest([ds[p] for p in positions[:check]]),
+        "key": peers.sample_digest([ds.get(k) for k in keys[:check]]),
+        "sequential": peers.sample_digest([ds[p] for p in range(min(check, len(ds)))]),
+    }
+    for name, sec in sections.items():
+        if name not in want or name not in got or sec.skipped:
+            continue
+        assert got[f"{name}_digest"] == want[name], f"{name}: wids and shardstore return different samples"
+        r = got[name]
+        base = next(iter(sec.figures.values()))
+        nbytes = sec.figures["shardstore"].nbytes if "shardstore" in sec.figures else base.nbytes
+        sec.figures["wids"] = Figure("wids", r["items"], nbytes, r["seconds"], r["cpu_seconds"], r["runs"])
+    return {"index_scan_seconds": round(index["seconds"], 3), "open_seconds": round(got["open_seconds"], 3),
+            "key_dict_seconds": round(got.get("key_dict_seconds", 0.0), 3)}
 
 
 # ----- S3 --------------------------------------------------------------------------------------------
@@ -581,7 +644,10 @@ def main() -> None:
     ap.add_argument("--skip-s3", action="store_true", help="skip the S3 section")
     ap.add_argument("--skip-energon", action="store_true", help="skip Energon's readers")
     ap.add_argument("--skip-sequential", action="store_true", help="skip sequential iteration")
+    ap.add_argument("--skip-peers", action="store_true", help="skip wids and webdataset.WebDataset")
+    ap.add_argument("--out", metavar="FILE", help="also write the results as JSON to FILE (with summary rows)")
     args = ap.parse_args()
+    load_before = os.getloadavg()[0]
     if args.energon_repeat is None:
         args.energon_repeat = args.repeat
 
@@ -609,7 +675,15 @@ def main() -> None:
     sections["member"] = bench_member(ds, names, floor, energon, args.repeat, check, args.energon_repeat)
     if not args.skip_sequential:
         log("sequential")
-        sections["sequential"] = bench_sequential(ds, args.repeat)
+        sections["sequential"] = bench_sequential(ds, args.repeat, not args.skip_peers)
+    wids: dict[str, Any] | None = None
+    if args.skip_peers:
+        pass
+    elif peers.wids_python() is None:
+        peers.missing("wids", "its random-access and in-order figures")
+    else:
+        log("wids (its own venv)")
+        wids = bench_wids(ds, sections, positions, keys, args.repeat, check, not args.skip_sequential)
     if not args.skip_s3:
         log("S3")
         for sec in bench_s3(ds, args.seed, args.repeat):
@@ -632,28 +706,82 @@ def main() -> None:
         "cpus": os.cpu_count(),
         "load_avg": os.getloadavg()[0],
     }
+    meta["load_before"] = load_before
+    meta["wids_index"] = wids
     checks = ratios(sections)
+    results = {
+        "meta": meta,
+        "sections": {
+            k: {
+                "note": s.note,
+                "skipped": s.skipped,
+                "bound": s.bound,
+                "figures": {n: f.as_dict() for n, f in s.figures.items()},
+            }
+            for k, s in sections.items()
+        },
+        "ratios": checks,
+        "summary": summary_rows(sections, wids),
+        "source": {"script": "tools/bench/read.py", "argv": sys.argv[1:], "data": args.data,
+                   "samples": len(ds), "gb": round(meta["gb"], 2), "load": [load_before, os.getloadavg()[0]],
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+    }
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "meta": meta,
-                    "sections": {
-                        k: {
-                            "note": s.note,
-                            "skipped": s.skipped,
-                            "bound": s.bound,
-                            "figures": {n: f.as_dict() for n, f in s.figures.items()},
-                        }
-                        for k, s in sections.items()
-                    },
-                    "ratios": checks,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(results, indent=2))
     else:
         print_report(meta, sections, checks)
+        if wids:
+            print(f"wids: shard scan (its index) {wids['index_scan_seconds']:.2f} s, opening every shard "
+                  f"{wids['open_seconds']:.2f} s, key dict {wids['key_dict_seconds']:.2f} s (not in the rates)")
+    if args.out:
+        peers.load_bench("prepare").write_json(results, args.out)
+
+
+#: Summary rows of this script: (section, row title, unit, target ratio against the wids/webdataset
+#: column or None).
+SUMMARY = [
+    ("position", "random access by position", "samples/s", 3.0),
+    ("key", "lookup by key", "samples/s", None),
+    ("member", "lookup by member name", "members/s", None),
+    ("sequential", "sequential, whole split in order", "samples/s", 1.5),
+]
+
+
+def summary_rows(sections: dict[str, Section], wids: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Rows for tools/bench/summary.py (the shape is documented there): one per figure, values per
+    second (wall clock, best run) by column."""
+    rows = []
+    for name, title, unit, target in SUMMARY:
+        sec = sections.get(name)
+        if sec is None or sec.skipped:
+            continue
+        figs = sec.figures
+        values: dict[str, float] = {}
+        labels: dict[str, str] = {}
+        notes: dict[str, str] = {}
+        for fig, col in (("shardstore", "shardstore"), ("energon", "Energon"), ("floor", "floor")):
+            if fig in figs:
+                values[col] = round(figs[fig].per_s)
+        peer = [f for f in ("wids", "webdataset") if f in figs]
+        if peer:
+            best = max(peer, key=lambda f: figs[f].per_s)
+            values["wids/webdataset"] = round(figs[best].per_s)
+            labels["wids/webdataset"] = {"wids": "wids" if name != "key" else "wids + dict of keys",
+                                         "webdataset": "WebDataset"}[best]
+            if len(peer) > 1:
+                other = next(f for f in peer if f != best)
+                labels["wids/webdataset"] += f"; {other} {figs[other].per_s:,.0f}"
+        elif name == "member":
+            notes["wids/webdataset"] = "no lookup by member name"
+        elif wids is None:
+            notes["wids/webdataset"] = "not measured"
+        notes["ratarmount"] = "mount only (see mount rows)"
+        row: dict[str, Any] = {"figure": title, "unit": unit, "higher_is_better": True, "values": values,
+                               "labels": labels, "notes": notes, "chart": "reading: random access and in order"}
+        if target:
+            row["target"] = {"column": "wids/webdataset", "ratio": target}
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":
