@@ -23,13 +23,15 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from . import metaswap, nvmeta
-from .errors import ConfigError, LinkLoopWarning, StorageError, WorkerDiedError
+from .errors import ConfigError, LinkLoopWarning, ShardstoreError, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
+from .resume import ResumeStore
 from .scan import ShardScan, scan_shards
 from .storage import FileStat, Storage, open_storage, scratch_path
 
@@ -48,6 +50,7 @@ _TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 _GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 #: The seed Energon uses for ``--shuffle-tars``.
 _SHUFFLE_SEED = 42
 
@@ -70,6 +73,9 @@ class PrepareReport:
     sample_type: str | None
     uuid: str
     problems: list[str] = field(default_factory=list)
+    #: Shards scanned by this run, and shards whose scan an interrupted run had saved (resume.py).
+    scanned: int = 0
+    reused: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -292,7 +298,7 @@ def _sigterm_unwinds(fn: _F) -> _F:
 _ROWS_DIR = "rows.tmp"
 
 
-def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
+def _progress(items: Iterator[_T], total: int, show: bool) -> Iterator[_T]:
     if not show:
         return items
     from tqdm import tqdm
@@ -317,6 +323,8 @@ def prepare(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     choose_dataset_yaml: DatasetYamlChooser | None = None,
+    executor: Executor | None = None,
+    resume: bool = True,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -330,6 +338,12 @@ def prepare(
     dies (naming its shard and the signal), ``PrepareLockedError`` while another prepare holds the
     dataset. On error the previous index stays whole and in force (only a ``.tar.idx`` whose shard
     changed since may already be the new one: docs/format.md, "Crash safety and concurrency").
+
+    ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask cluster's
+    ``distributed.Client(address).get_executor()``) scans the shards, one task per shard given the
+    dataset's URL and ``storage_options``; this process alone writes the index. ``resume``: reuse
+    the shard scans an interrupted prepare with the same arguments saved (shardstore/resume.py);
+    False starts over. docs/scale.md.
     """
     t0 = time.perf_counter()
     storage = open_storage(path, storage_options)
@@ -343,11 +357,44 @@ def prepare(
     try:
         return _prepare_locked(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
-            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
+            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml, _Scanning(executor, resume, storage_options),
         )
     finally:
         if lock is not None:
             lock.release()
+
+
+@dataclass
+class _Scanning:
+    """How shards are scanned: by whom (``executor``, None: the local workers), whether saved scans
+    are reused, and the storage options a remote worker needs."""
+
+    executor: Executor | None
+    resume: bool
+    storage_options: dict[str, Any] | None
+
+
+def _scans(
+    storage: Storage, shards: list[str], store: ResumeStore | None, how: _Scanning, workers: int, rows_dir: str | None
+) -> tuple[Iterator[tuple[ShardScan, bool]], int]:
+    """Every shard's scan in shard order, with True where it was scanned now (False: reused from
+    ``store``), and how many will be scanned now."""
+    reuse = {i for i, name in enumerate(shards) if store is not None and store.matches(storage, name)}
+    todo = [i for i in range(len(shards)) if i not in reuse]
+
+    def run() -> Iterator[tuple[ShardScan, bool]]:
+        fresh = scan_shards(
+            storage, shards, min(workers, max(1, len(todo))), rows_dir, ids=todo, executor=how.executor,
+            storage_options=how.storage_options,
+        )
+        try:
+            for i, name in enumerate(shards):
+                saved = store.load(name, i) if store is not None and i in reuse else None
+                yield (saved, False) if saved is not None else (next(fresh), True)
+        finally:
+            fresh.close()
+
+    return run(), len(todo)
 
 
 def _prepare_locked(
@@ -365,6 +412,7 @@ def _prepare_locked(
     field_map: dict[str, str] | None,
     progress: bool,
     choose_dataset_yaml: DatasetYamlChooser | None,
+    how: _Scanning,
 ) -> PrepareReport:
     """``prepare`` once it holds the dataset's lock (local): first undo what an interrupted prepare
     left (metaswap.recover), then index and commit."""
@@ -398,6 +446,16 @@ def _prepare_locked(
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
 
     staging = _Staging(storage) if not tar_index_only else None
+    store = None
+    if staging is not None:
+        args = {"split_ratio": ratio, "split_parts": patterns, "exclude": exclude, "shuffle_tars": shuffle_tars,
+                "sample_type": sample_type, "field_map": field_map, "skip_dataset_yaml": skip_dataset_yaml}
+        try:
+            store = ResumeStore(storage, args, resume=how.resume)
+        except BaseException:
+            staging.abort()
+            raise
+        recovered += [f"removed {name} (scans of a prepare with other arguments)" for name in store.removed]
     writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
@@ -411,9 +469,16 @@ def _prepare_locked(
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)
-        for scan in _progress(scan_shards(storage, shards, workers, rows_dir), len(shards), progress):
+        scans, n_scanned = _scans(storage, shards, store, how, workers, rows_dir)
+        saved = 0
+        for scan, fresh in _progress(scans, len(shards), progress):
             if staging is not None:
-                staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
+                idx = offsets_bytes(scan.offsets)
+                staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), idx)
+                if fresh and store is not None:
+                    store.save(scan, idx)
+                    saved += 1
+                    metaswap.pause_point(f"saved-{saved}")
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
                 storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             counts[scan.name] = scan.samples
@@ -428,8 +493,9 @@ def _prepare_locked(
         if staging is None or writer is None:
             return PrepareReport(
                 storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
-                time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
+                time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "", scanned=n_scanned,
             )
+        metaswap.pause_point("index-build")
         writer.finish()
         if rows_dir is not None:
             shutil.rmtree(rows_dir)
@@ -455,11 +521,18 @@ def _prepare_locked(
                 staging.write(nvmeta.SAMPLE_LOADER_PY, nvmeta.sample_loader_template(sample_type, sorted(part_names)))
         staging.carry_over(keep_dataset_yaml=not wrote_yaml)
         staging.commit()
-    except BaseException:
+        if store is not None:
+            store.remove()
+    except BaseException as e:
         if writer is not None:
             writer.db.close()
         if staging is not None:
             staging.abort()
+        if store is not None:  # interrupted, a lost worker, storage: the saved scans stay for the next run
+            if isinstance(e, ShardstoreError) and not isinstance(e, (WorkerDiedError, StorageError)):
+                store.remove()  # bad data or options: nothing half-done stays behind
+            else:
+                store.close()
         raise
     problems = recovered + [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst]
     return PrepareReport(
@@ -474,4 +547,6 @@ def _prepare_locked(
         sample_type=sample_type if wrote_yaml else None,
         uuid=new_uuid.decode(),
         problems=problems,
+        scanned=n_scanned,
+        reused=len(shards) - n_scanned,
     )
