@@ -146,6 +146,8 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
               help="Who scans the shards: this machine's workers (default) or a Dask cluster (docs/scale.md).")
 @click.option("--dask-scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://10.0.0.1:8786 (implies --executor dask).")
 @click.option("--resume/--no-resume", default=True, help="Reuse the shard scans an interrupted prepare kept (default).")
+@click.option("--update", is_flag=True, help="Index only new or changed shards of a prepared dataset; keep the rest.")
+@click.option("--drop-missing", is_flag=True, help="With --update: drop shards that vanished (else an error).")
 @storage_options_option
 @json_option
 @handle_errors
@@ -167,6 +169,8 @@ def prepare(
     executor_kind: str | None,
     dask_scheduler: str | None,
     resume: bool,
+    update: bool,
+    drop_missing: bool,
     storage_options: dict[str, Any] | None,
     as_json: bool,
 ) -> None:
@@ -183,7 +187,7 @@ def prepare(
     from .prepare import prepare as run_prepare
 
     interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
-    if interactive and not tar_index_only:
+    if interactive and not tar_index_only and not update:
         if force_overwrite is False and _already_prepared(path, storage_options):
             if not click.confirm("It seems the dataset had already been prepared. Do you want to continue?"):
                 return
@@ -208,6 +212,8 @@ def prepare(
             choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
             executor=executor,
             resume=resume,
+            update=update,
+            drop_missing=drop_missing,
         )
     if as_json:
         click.echo(report.to_json())

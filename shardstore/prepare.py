@@ -34,6 +34,7 @@ from .index.taridx import offsets_bytes
 from .resume import ResumeStore
 from .scan import ShardScan, scan_shards
 from .storage import FileStat, Storage, open_storage, scratch_path
+from .update import UpdatePlan, plan_update, update_splits
 
 __all__ = [
     "prepare",
@@ -325,6 +326,8 @@ def prepare(
     choose_dataset_yaml: DatasetYamlChooser | None = None,
     executor: Executor | None = None,
     resume: bool = True,
+    update: bool = False,
+    drop_missing: bool = False,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -343,7 +346,10 @@ def prepare(
     ``distributed.Client(address).get_executor()``) scans the shards, one task per shard given the
     dataset's URL and ``storage_options``; this process alone writes the index. ``resume``: reuse
     the shard scans an interrupted prepare with the same arguments saved (shardstore/resume.py);
-    False starts over. docs/scale.md.
+    False starts over. ``update``: index only the shards that are new or changed since the last
+    prepare (size, mtime, ETag against ``shardstore.json``), copy the rows of the rest
+    (shardstore/update.py says how splits are extended); a shard that vanished is a
+    ``ConfigError`` unless ``drop_missing``. docs/scale.md.
     """
     t0 = time.perf_counter()
     storage = open_storage(path, storage_options)
@@ -357,7 +363,7 @@ def prepare(
     try:
         return _prepare_locked(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
-            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml, _Scanning(executor, resume, storage_options),
+            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml, _RunOptions(executor, resume, storage_options, update, drop_missing),
         )
     finally:
         if lock is not None:
@@ -365,22 +371,25 @@ def prepare(
 
 
 @dataclass
-class _Scanning:
+class _RunOptions:
     """How shards are scanned: by whom (``executor``, None: the local workers), whether saved scans
-    are reused, and the storage options a remote worker needs."""
+    are reused, the storage options a remote worker needs; and whether this is an ``update``."""
 
     executor: Executor | None
     resume: bool
     storage_options: dict[str, Any] | None
+    update: bool = False
+    drop_missing: bool = False
 
 
 def _scans(
-    storage: Storage, shards: list[str], store: ResumeStore | None, how: _Scanning, workers: int, rows_dir: str | None
+    storage: Storage, shards: list[str], store: ResumeStore | None, how: _RunOptions, workers: int, rows_dir: str | None,
+    skip: set[int],
 ) -> tuple[Iterator[tuple[ShardScan, bool]], int]:
-    """Every shard's scan in shard order, with True where it was scanned now (False: reused from
-    ``store``), and how many will be scanned now."""
-    reuse = {i for i, name in enumerate(shards) if store is not None and store.matches(storage, name)}
-    todo = [i for i in range(len(shards)) if i not in reuse]
+    """The scan of every shard not in ``skip``, in shard order, with True where it was scanned now
+    (False: reused from ``store``), and how many will be scanned now."""
+    reuse = {i for i, name in enumerate(shards) if i not in skip and store is not None and store.matches(storage, name)}
+    todo = [i for i in range(len(shards)) if i not in reuse and i not in skip]
 
     def run() -> Iterator[tuple[ShardScan, bool]]:
         fresh = scan_shards(
@@ -389,6 +398,8 @@ def _scans(
         )
         try:
             for i, name in enumerate(shards):
+                if i in skip:
+                    continue
                 saved = store.load(name, i) if store is not None and i in reuse else None
                 yield (saved, False) if saved is not None else (next(fresh), True)
         finally:
@@ -412,7 +423,7 @@ def _prepare_locked(
     field_map: dict[str, str] | None,
     progress: bool,
     choose_dataset_yaml: DatasetYamlChooser | None,
-    how: _Scanning,
+    how: _RunOptions,
 ) -> PrepareReport:
     """``prepare`` once it holds the dataset's lock (local): first undo what an interrupted prepare
     left (metaswap.recover), then index and commit."""
@@ -427,7 +438,7 @@ def _prepare_locked(
         if exclude:
             shards = [s for s in shards if not re.search(exclude, s)]
     else:
-        if already and not force_overwrite:
+        if already and not force_overwrite and not how.update:
             raise ConfigError(
                 "dataset is already prepared; pass force_overwrite (--force-overwrite) to prepare it again",
                 path=storage.url(nvmeta.META_DIR),
@@ -440,27 +451,33 @@ def _prepare_locked(
         raise ConfigError("no *.tar or *.tgz shards found", path=storage.url())
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
-    if not tar_index_only and not patterns and ratio is None:
+    if not tar_index_only and not patterns and ratio is None and not how.update:
         raise ConfigError("give split_ratio (--split-ratio 8,1,1) or split_parts (--split-parts NAME:REGEX)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
 
     staging = _Staging(storage) if not tar_index_only else None
-    store = None
+    store: ResumeStore | None = None
+    plan: UpdatePlan | None = None
     if staging is not None:
         args = {"split_ratio": ratio, "split_parts": patterns, "exclude": exclude, "shuffle_tars": shuffle_tars,
-                "sample_type": sample_type, "field_map": field_map, "skip_dataset_yaml": skip_dataset_yaml}
+                "sample_type": sample_type, "field_map": field_map, "skip_dataset_yaml": skip_dataset_yaml,
+                "update": how.update}
         try:
+            plan = plan_update(storage, shards, how.drop_missing) if how.update else None
             store = ResumeStore(storage, args, resume=how.resume)
         except BaseException:
             staging.abort()
+            if plan is not None:
+                plan.close()
             raise
         recovered += [f"removed {name} (scans of a prepare with other arguments)" for name in store.removed]
-    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards) if staging else None
+    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, plan.index_path if plan else None) if staging else None
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
+    scans: Iterator[tuple[ShardScan, bool]] | None = None
     try:
         # remote shards are read by threads that mostly wait on the network: more than the cores
         cores = os.cpu_count() or 1
@@ -469,9 +486,18 @@ def _prepare_locked(
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)
-        scans, n_scanned = _scans(storage, shards, store, how, workers, rows_dir)
+        kept = plan.kept if plan is not None else {}
+        scans, n_scanned = _scans(storage, shards, store, how, workers, rows_dir, set(kept))
         saved = 0
-        for scan, fresh in _progress(scans, len(shards), progress):
+        for i, name in _progress(enumerate(shards), len(shards), progress):
+            if i in kept and plan is not None and writer is not None:  # --update: an unchanged shard
+                parts, names = writer.copy(kept[i], i)
+                counts[name], stats[name] = plan.counts[name], plan.stats[name]
+                total_bytes += stats[name].size
+                n_parts += parts
+                part_names.update(names)
+                continue
+            scan, fresh = next(scans)
             if staging is not None:
                 idx = offsets_bytes(scan.offsets)
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), idx)
@@ -499,7 +525,10 @@ def _prepare_locked(
         writer.finish()
         if rows_dir is not None:
             shutil.rmtree(rows_dir)
-        split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
+        if plan is not None:
+            split_map = update_splits(plan, shards, ratio, patterns, shuffle_tars, _split_shards)
+        else:
+            split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
         new_uuid = nvmeta.new_uuid()
         info = nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)
         staging.write(nvmeta.INFO_JSON, nvmeta.info_bytes(info))
@@ -523,7 +552,14 @@ def _prepare_locked(
         staging.commit()
         if store is not None:
             store.remove()
+        if plan is not None:
+            plan.close()
+            recovered += [f"dropped vanished shard {name}" for name in plan.dropped]
     except BaseException as e:
+        if scans is not None:
+            scans.close()  # stops the scan workers now (the traceback keeps this frame alive)
+        if plan is not None:
+            plan.close()
         if writer is not None:
             writer.db.close()
         if staging is not None:

@@ -59,7 +59,8 @@ def schema_sql() -> str:
 class IndexWriter:
     """Writes a fresh Energon 7 ``index.sqlite`` at ``path`` (which must not be in use)."""
 
-    def __init__(self, path: str, shard_names: Sequence[str]) -> None:
+    def __init__(self, path: str, shard_names: Sequence[str], previous: str | None = None) -> None:
+        """``previous``: an older ``index.sqlite`` whose shards ``copy`` takes rows from."""
         self.path = path
         self.shard_names = list(shard_names)
         if os.path.exists(path):
@@ -87,6 +88,9 @@ class IndexWriter:
             "PRAGMA load.journal_mode=OFF; PRAGMA load.synchronous=OFF;"
             "CREATE TABLE load.samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size);"
         )
+        self._previous = previous is not None
+        if previous is not None:
+            self.db.execute("ATTACH DATABASE ? AS old", (previous,))
         self.db.execute("BEGIN")
         self._attached = ""  # what database is attached as "shard" for ``merge``: "", "memory" or "file"
 
@@ -134,6 +138,26 @@ class IndexWriter:
             self.db.execute("DETACH DATABASE shard")
             self._attached = ""
 
+    def copy(self, old_id: int, tar_file_id: int) -> tuple[int, dict[str, int]]:
+        """Append the rows shard ``old_id`` has in the ``previous`` index as shard ``tar_file_id``
+        (in the order a scan gives them); return its part count and parts by name."""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
+        self.db.execute(
+            "INSERT INTO load.samples SELECT ?, sample_key, sample_index, byte_offset, byte_size FROM old.samples "
+            "WHERE tar_file_id=? ORDER BY sample_index",
+            (tar_file_id, old_id),
+        )
+        self.db.execute(
+            "INSERT INTO sample_parts SELECT ?, sample_index, part_name, content_byte_offset, content_byte_size "
+            "FROM old.sample_parts WHERE tar_file_id=? ORDER BY sample_index, content_byte_offset",
+            (tar_file_id, old_id),
+        )
+        names = dict(self.db.execute(
+            "SELECT part_name, count(*) FROM old.sample_parts WHERE tar_file_id=? GROUP BY part_name", (old_id,)
+        ).fetchall())
+        return sum(names.values()), names
+
     def _duplicate(self) -> DuplicateKeyError:
         """Name the first and second place of the key that broke the UNIQUE constraint (in
         shard order; found by one more sort of the loaded keys, only when there is one)."""
@@ -172,6 +196,8 @@ class IndexWriter:
             self.db.execute(statement)
         self.db.execute("COMMIT")
         self.db.execute("DETACH DATABASE load")
+        if self._previous:
+            self.db.execute("DETACH DATABASE old")
         os.unlink(self.load_path)
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
