@@ -168,6 +168,12 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--dry-run", is_flag=True, help="With --fix-duplicates: list what would be renamed, change nothing.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@click.option("--executor", "executor_kind", type=click.Choice(["local", "dask"]), default=None,
+              help="Who scans the shards: this machine's workers (default) or a Dask cluster (docs/scale.md).")
+@click.option("--dask-scheduler", metavar="ADDRESS", help="Dask scheduler, e.g. tcp://10.0.0.1:8786 (implies --executor dask).")
+@click.option("--resume/--no-resume", default=True, help="Reuse the shard scans an interrupted prepare kept (default).")
+@click.option("--update", is_flag=True, help="Index only new or changed shards of a prepared dataset; keep the rest.")
+@click.option("--drop-missing", is_flag=True, help="With --update: drop shards that vanished (else an error).")
 @storage_options_option
 @json_option
 @handle_errors
@@ -193,6 +199,11 @@ def prepare(
     dry_run: bool,
     progress: bool,
     quiet: bool,
+    executor_kind: str | None,
+    dask_scheduler: str | None,
+    resume: bool,
+    update: bool,
+    drop_missing: bool,
     storage_options: dict[str, Any] | None,
     as_json: bool,
 ) -> None:
@@ -205,6 +216,7 @@ def prepare(
       shardstore prepare ./ds --split-ratio 8,1,1 --sample-type CaptioningSample \\
           --field-map '{"image": "jpg", "caption": "txt"}' --non-interactive
     """
+    from .executors import executor_for
     from .prepare import prepare as run_prepare
 
     if dry_run:
@@ -213,36 +225,41 @@ def prepare(
         _print_duplicate_plan(path, exclude, storage_options, as_json)
         return
     interactive = not non_interactive and sys.stdin.isatty() and not as_json and not quiet
-    if interactive and not tar_index_only and not path.endswith(".jsonl"):
+    if interactive and not tar_index_only and not update and not path.endswith(".jsonl"):
         if force_overwrite is False and _already_prepared(path, storage_options):
             if not click.confirm("It seems the dataset had already been prepared. Do you want to continue?"):
                 return
             force_overwrite = True
         if split_ratio is None and not split_parts:
             split_ratio = click.prompt('Please enter a desired train/val/test split like "0.5, 0.2, 0.3" or "8,1,1"')
-    report = run_prepare(
-        path,
-        split_ratio=split_ratio,
-        split_parts=list(split_parts) or None,
-        exclude=exclude,
-        num_workers=num_workers,
-        shuffle_tars=shuffle_tars,
-        tar_index_only=tar_index_only,
-        force_overwrite=force_overwrite,
-        skip_dataset_yaml=skip_dataset_yaml,
-        sample_type=sample_type,
-        field_map=field_map,
-        progress=progress and not quiet and sys.stderr.isatty(),
-        storage_options=storage_options,
-        choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
-        dataset_yaml_name=dataset_yaml_name,
-        tmp_path=tmp_path,
-        fix_duplicates=fix_duplicates,
-        media_metadata_by_glob=media_metadata_by_glob,
-        media_metadata_by_header=media_metadata_by_header,
-        media_metadata_by_extension=media_metadata_by_extension,
-        confirm_field_map=_confirm_field_map if interactive else None,
-    )
+    with executor_for(executor_kind, dask_scheduler) as executor:
+        report = run_prepare(
+            path,
+            split_ratio=split_ratio,
+            split_parts=list(split_parts) or None,
+            exclude=exclude,
+            num_workers=num_workers,
+            shuffle_tars=shuffle_tars,
+            tar_index_only=tar_index_only,
+            force_overwrite=force_overwrite,
+            skip_dataset_yaml=skip_dataset_yaml,
+            sample_type=sample_type,
+            field_map=field_map,
+            progress=progress and not quiet and sys.stderr.isatty(),
+            storage_options=storage_options,
+            choose_dataset_yaml=_ask_dataset_yaml if interactive else None,
+            executor=executor,
+            resume=resume,
+            update=update,
+            drop_missing=drop_missing,
+            dataset_yaml_name=dataset_yaml_name,
+            tmp_path=tmp_path,
+            fix_duplicates=fix_duplicates,
+            media_metadata_by_glob=media_metadata_by_glob,
+            media_metadata_by_header=media_metadata_by_header,
+            media_metadata_by_extension=media_metadata_by_extension,
+            confirm_field_map=_confirm_field_map if interactive else None,
+        )
     if as_json:
         click.echo(report.to_json())
     elif not quiet:

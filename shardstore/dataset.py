@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import fcntl
 import hashlib
 import operator
 import os
@@ -266,13 +267,22 @@ class Dataset(MemberReads, Closeable):
         # Keyed by URL and uuid: two datasets never share a cache entry, even without an index.uuid.
         key = hashlib.sha1(f"{self.storage.url()}\0{self.uuid}".encode()).hexdigest()[:20]
         cache = os.path.join(cache_root(), key, rel.replace("/", "%2F"))
-        if not os.path.exists(cache):
-            os.makedirs(os.path.dirname(cache), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
-            with os.fdopen(fd, "wb") as f:
-                f.write(self.storage.read(rel))
-            self._same_generation(tmp, rel)
-            os.replace(tmp, cache)
+        if os.path.exists(cache):
+            return cache
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        # One download per node: the processes that miss at once queue on an flock of the entry,
+        # and all but the first find the file there (it appears by an atomic rename, complete).
+        lock = os.open(f"{cache}.lock", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(cache):
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(cache))
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.storage.read(rel))
+                self._same_generation(tmp, rel)
+                os.replace(tmp, cache)
+        finally:
+            os.close(lock)  # (the lock file stays: removing it would race with a waiter)
         return cache
 
     def _same_generation(self, download: str, rel: str) -> None:

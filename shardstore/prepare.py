@@ -23,16 +23,19 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from . import metaswap, nvmeta
-from .errors import ConfigError, LinkLoopWarning, StorageError, WorkerDiedError
+from .errors import ConfigError, LinkLoopWarning, ShardstoreError, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
 from .media import MediaFilter
+from .resume import ResumeStore
 from .scan import ShardScan, scan_shards
 from .storage import FileStat, Storage, open_storage, scratch_path
+from .update import UpdatePlan, plan_update, update_splits
 
 __all__ = [
     "prepare",
@@ -50,6 +53,7 @@ _TAR_IDX_DIR = ".shardstore-tar-idx.tmp"
 _GENERATED = {nvmeta.INFO_JSON, nvmeta.SPLIT_YAML, nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON}
 _SHARD_SUFFIXES = (".tar", ".tgz")
 _F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
 #: The seed Energon uses for ``--shuffle-tars``.
 _SHUFFLE_SEED = 42
 
@@ -76,6 +80,9 @@ class PrepareReport:
     renamed_shards: list[str] | None = None
     #: ``--media-metadata-by-...``: rows written per ``metadata_type`` (None: not asked for).
     media: dict[str, int] | None = None
+    #: Shards scanned by this run, and shards whose scan an interrupted run had saved (resume.py).
+    scanned: int = 0
+    reused: int = 0
 
     def to_json(self) -> str:
         """The report as JSON; the entries of options not given (None) are left out."""
@@ -334,7 +341,7 @@ def _check_dataset_yaml_name(name: str) -> None:
         )
 
 
-def _progress(items: Iterator[ShardScan], total: int, show: bool) -> Iterator[ShardScan]:
+def _progress(items: Iterator[_T], total: int, show: bool) -> Iterator[_T]:
     if not show:
         return items
     from tqdm import tqdm
@@ -366,6 +373,10 @@ def prepare(
     media_metadata_by_header: bool = False,
     media_metadata_by_extension: bool = False,
     confirm_field_map: Callable[[list[str]], bool] | None = None,
+    executor: Executor | None = None,
+    resume: bool = True,
+    update: bool = False,
+    drop_missing: bool = False,
 ) -> PrepareReport:
     """Index the WebDataset shards under ``path`` and write Energon 7's ``.nv-meta``.
 
@@ -392,6 +403,15 @@ def prepare(
     dies (naming its shard and the signal), ``PrepareLockedError`` while another prepare holds the
     dataset. On error the previous index stays whole and in force (only a ``.tar.idx`` whose shard
     changed since may already be the new one: docs/format.md, "Crash safety and concurrency").
+
+    ``executor``: any ``concurrent.futures.Executor`` (e.g. a Dask cluster's
+    ``distributed.Client(address).get_executor()``) scans the shards, one task per shard given the
+    dataset's URL and ``storage_options``; this process alone writes the index. ``resume``: reuse
+    the shard scans an interrupted prepare with the same arguments saved (shardstore/resume.py);
+    False starts over. ``update``: index only the shards that are new or changed since the last
+    prepare (size, mtime, ETag against ``shardstore.json``), copy the rows of the rest
+    (shardstore/update.py says how splits are extended); a shard that vanished is a
+    ``ConfigError`` unless ``drop_missing``. docs/scale.md.
     """
     t0 = time.perf_counter()
     media = MediaFilter.parse(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
@@ -405,6 +425,8 @@ def prepare(
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON in the field map: {e}") from e
+    if media is not None and executor is not None:
+        raise ConfigError("media metadata is probed by the local scan workers: drop executor (--executor) or the media option")
     missing = nvmeta.missing_root(storage)
     if missing is not None:
         raise ConfigError(missing, path=storage.url())
@@ -414,12 +436,52 @@ def prepare(
         return _prepare_locked(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
             skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
+            _RunOptions(executor, resume and media is None, storage_options, update, drop_missing, media),
             dataset_yaml_name=dataset_yaml_name, tmp_path=tmp_path, fix_duplicates=fix_duplicates, media=media,
             confirm_field_map=confirm_field_map,
         )
     finally:
         if lock is not None:
             lock.release()
+
+
+@dataclass
+class _RunOptions:
+    """How shards are scanned: by whom (``executor``, None: the local workers), whether saved scans
+    are reused, the storage options a remote worker needs; and whether this is an ``update``."""
+
+    executor: Executor | None
+    resume: bool
+    storage_options: dict[str, Any] | None
+    update: bool = False
+    drop_missing: bool = False
+    media: MediaFilter | None = None
+
+
+def _scans(
+    storage: Storage, shards: list[str], store: ResumeStore | None, how: _RunOptions, workers: int, rows_dir: str | None,
+    skip: set[int],
+) -> tuple[Iterator[tuple[ShardScan, bool]], int]:
+    """The scan of every shard not in ``skip``, in shard order, with True where it was scanned now
+    (False: reused from ``store``), and how many will be scanned now."""
+    reuse = {i for i, name in enumerate(shards) if i not in skip and store is not None and store.matches(storage, name)}
+    todo = [i for i in range(len(shards)) if i not in reuse and i not in skip]
+
+    def run() -> Iterator[tuple[ShardScan, bool]]:
+        fresh = scan_shards(
+            storage, shards, min(workers, max(1, len(todo))), rows_dir, how.media, ids=todo, executor=how.executor,
+            storage_options=how.storage_options,
+        )
+        try:
+            for i, name in enumerate(shards):
+                if i in skip:
+                    continue
+                saved = store.load(name, i) if store is not None and i in reuse else None
+                yield (saved, False) if saved is not None else (next(fresh), True)
+        finally:
+            fresh.close()
+
+    return run(), len(todo)
 
 
 def _prepare_locked(
@@ -437,6 +499,7 @@ def _prepare_locked(
     field_map: dict[str, str] | None,
     progress: bool,
     choose_dataset_yaml: DatasetYamlChooser | None,
+    how: _RunOptions,
     *,
     dataset_yaml_name: str,
     tmp_path: str | None,
@@ -457,7 +520,7 @@ def _prepare_locked(
         if exclude:
             shards = [s for s in shards if not re.search(exclude, s)]
     else:
-        if already and not force_overwrite:
+        if already and not force_overwrite and not how.update:
             raise ConfigError(
                 "dataset is already prepared; to prepare it again: --force-overwrite (Python: force_overwrite=True)",
                 path=storage.url(nvmeta.META_DIR),
@@ -470,7 +533,7 @@ def _prepare_locked(
         raise ConfigError(nvmeta.missing_root(storage) or "no *.tar or *.tgz shards found", path=storage.url())
     ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
     patterns = parse_split_parts(split_parts) if split_parts else None
-    if not tar_index_only and not patterns and ratio is None:
+    if not tar_index_only and not patterns and ratio is None and not how.update:
         raise ConfigError("no split given: --split-ratio 8,1,1 or --split-parts NAME:REGEX (Python: split_ratio=, split_parts=)")
     if sample_type is not None and sample_type not in nvmeta.SAMPLE_TYPES:
         nvmeta.dataset_yaml_bytes(sample_type, None)  # raises the error listing the known types
@@ -482,22 +545,58 @@ def _prepare_locked(
         renamed = apply_fix(storage, shards).shards
 
     staging = _Staging(storage, os.fspath(tmp_path) if tmp_path is not None else None) if not tar_index_only else None
-    writer = IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, media_tables=media is not None) if staging else None
+    store: ResumeStore | None = None
+    plan: UpdatePlan | None = None
+    if staging is not None:
+        args = {"split_ratio": ratio, "split_parts": patterns, "exclude": exclude, "shuffle_tars": shuffle_tars,
+                "sample_type": sample_type, "field_map": field_map, "skip_dataset_yaml": skip_dataset_yaml,
+                "update": how.update, "dataset_yaml_name": dataset_yaml_name}
+        try:
+            plan = plan_update(storage, shards, how.drop_missing) if how.update else None
+            store = ResumeStore(storage, args, resume=how.resume)
+        except BaseException:
+            staging.abort()
+            if plan is not None:
+                plan.close()
+            raise
+        recovered += [f"removed {name} (scans of a prepare with other arguments)" for name in store.removed]
+    writer = (
+        IndexWriter(staging.path(nvmeta.INDEX_SQLITE), shards, plan.index_path if plan else None, media_tables=media is not None)
+        if staging
+        else None
+    )
     media_counts: Counter[str] = Counter()
     media_problems: list[str] = []
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
+    scans: Iterator[tuple[ShardScan, bool]] | None = None
     try:
         # remote shards are read by threads that mostly wait on the network: more than the cores
         workers = worker_count(num_workers, len(shards), storage.local_path("") is not None)
         rows_dir = staging.path(_ROWS_DIR) if staging is not None else None
         if rows_dir is not None:
             os.makedirs(rows_dir)
-        for scan in _progress(scan_shards(storage, shards, workers, rows_dir, media), len(shards), progress):
+        kept = plan.kept if plan is not None else {}
+        scans, n_scanned = _scans(storage, shards, store, how, workers, rows_dir, set(kept))
+        saved = 0
+        for i, name in _progress(enumerate(shards), len(shards), progress):
+            if i in kept and plan is not None and writer is not None:  # --update: an unchanged shard
+                parts, names = writer.copy(kept[i], i)
+                counts[name], stats[name] = plan.counts[name], plan.stats[name]
+                total_bytes += stats[name].size
+                n_parts += parts
+                part_names.update(names)
+                continue
+            scan, fresh = next(scans)
             if staging is not None:
-                staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
+                idx = offsets_bytes(scan.offsets)
+                staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), idx)
+                if fresh and store is not None:
+                    store.save(scan, idx)
+                    saved += 1
+                    metaswap.pause_point(f"saved-{saved}")
             else:  # --tar-index-only: .nv-meta is not rewritten, so nothing to keep consistent with
                 storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             counts[scan.name] = scan.samples
@@ -516,14 +615,18 @@ def _prepare_locked(
         if staging is None or writer is None:
             return PrepareReport(
                 storage.url(), len(shards), sum(counts.values()), n_parts, total_bytes,
-                time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "",
+                time.perf_counter() - t0, {}, dict(sorted(part_names.items())), None, "", scanned=n_scanned,
             )
         if media is not None:
             writer.add_media_filter(media.strategy, media.patterns_text)
+        metaswap.pause_point("index-build")
         writer.finish()
         if rows_dir is not None:
             shutil.rmtree(rows_dir)
-        split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
+        if plan is not None:
+            split_map = update_splits(plan, shards, ratio, patterns, shuffle_tars, _split_shards)
+        else:
+            split_map = _split_shards(shards, ratio, patterns, shuffle_tars)
         new_uuid = nvmeta.new_uuid()
         info = nvmeta.DatasetInfo(nvmeta.ENERGON_COMPAT_VERSION, counts)
         staging.write(nvmeta.INFO_JSON, nvmeta.info_bytes(info))
@@ -552,11 +655,25 @@ def _prepare_locked(
                 staging.write(nvmeta.SAMPLE_LOADER_PY, nvmeta.sample_loader_template(sample_type, sorted(part_names)))
         staging.carry_over(keep_dataset_yaml=not wrote_yaml or dataset_yaml_name != nvmeta.DATASET_YAML)
         staging.commit()
-    except BaseException:
+        if store is not None:
+            store.remove()
+        if plan is not None:
+            plan.close()
+            recovered += [f"dropped vanished shard {name}" for name in plan.dropped]
+    except BaseException as e:
+        if scans is not None:
+            scans.close()  # stops the scan workers now (the traceback keeps this frame alive)
+        if plan is not None:
+            plan.close()
         if writer is not None:
             writer.db.close()
         if staging is not None:
             staging.abort()
+        if store is not None:  # interrupted, a lost worker, storage: the saved scans stay for the next run
+            if isinstance(e, ShardstoreError) and not isinstance(e, (WorkerDiedError, StorageError)):
+                store.remove()  # bad data or options: nothing half-done stays behind
+            else:
+                store.close()
         raise
     problems = recovered + [f"split {name!r} has no shards" for name, lst in split_map.items() if not lst] + media_problems
     return PrepareReport(
@@ -573,4 +690,6 @@ def _prepare_locked(
         problems=problems,
         renamed_shards=renamed,
         media=dict(sorted(media_counts.items())) if media is not None else None,
+        scanned=n_scanned,
+        reused=len(shards) - n_scanned,
     )

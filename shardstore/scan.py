@@ -6,6 +6,12 @@ number from one pipe only the parent writes, and answers on its own socket pair;
 on every answer and every process at once, so a worker that dies is a ``WorkerDiedError`` naming
 its shard, never a hang (``multiprocessing.Pool.terminate`` could deadlock on a worker killed while
 holding its result queue's lock: CPython #96995). Remote shards are scanned by threads.
+
+With a ``concurrent.futures.Executor`` (a Dask cluster's, ``distributed.Client.get_executor()``)
+each shard is one task, ``scan_task``: it gets the dataset's URL and ``storage_options`` (no
+shared filesystem needed for S3), opens the storage once per worker process, and returns the
+``ShardScan``: its offsets a numpy array, its rows one serialized SQLite database (bytes), so a
+task's answer pickles as a few buffers, never as a list of Python objects per sample.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import functools
 import gc
 import io
 import itertools
+import json
 import multiprocessing
 import os
 import signal
@@ -25,26 +32,28 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, BinaryIO, TypeVar
+
+import numpy as np
 
 from .errors import EmptyShardError, ShardstoreError, TarFormatError, WorkerDiedError
 from .index.sqlite import ShardRows
 from .keys import SampleBatch, group_batches
 from .media import MediaFilter, MemberFile, probe
-from .storage import FileStat, Storage
+from .storage import FileStat, Storage, open_storage, scratch_path
 from .tarscan import scan_storage_batches
 
-__all__ = ["ShardScan", "scan_shard", "scan_shards"]
+__all__ = ["ShardScan", "ScanTask", "scan_shard", "scan_shards", "scan_task"]
 
 _T = TypeVar("_T")
 
 
 @dataclass
 class ShardScan:
-    """What a worker hands the parent about one shard: counts and ``.tar.idx`` offsets.
+    """What a worker hands the parent about one shard: counts and ``.tar.idx`` offsets (uint64).
 
     The index rows come as a ``ShardRows`` database (its bytes, or a file's path; None when no
     rows were asked for): pickling a million rows to the parent and binding them there would
@@ -57,7 +66,7 @@ class ShardScan:
     samples: int
     parts: int
     part_names: Counter[str]
-    offsets: list[int]
+    offsets: np.ndarray
     rows: bytes | str | None
     #: ``--media-metadata-by-...``: (entry_key, metadata_type, metadata_json) rows, and the members
     #: whose media could not be read (named in the report); None when no media filter was given.
@@ -101,8 +110,10 @@ def scan_shard(
     n_samples = len(offsets)
     offsets.append(end)
     if media is None:
-        return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed)
-    return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, offsets, handed, found, problems)
+        return ShardScan(tar_file_id, name, stat, n_samples, n_parts, part_names, np.asarray(offsets, np.uint64), handed)
+    return ShardScan(
+        tar_file_id, name, stat, n_samples, n_parts, part_names, np.asarray(offsets, np.uint64), handed, found, problems
+    )
 
 
 def _probe_batch(
@@ -188,19 +199,64 @@ def _scan_task(args: _ScanArgs) -> ShardScan:
     return scan_shard(*args)
 
 
-def scan_shards(
-    storage: Storage, shards: Sequence[str], workers: int, rows_dir: str | None, media: MediaFilter | None = None
-) -> Iterator[ShardScan]:
-    """Shard scans in shard order: worker processes for local files, threads for remote ones.
+@dataclass(frozen=True)
+class ScanTask:
+    """One shard for an executor's worker: where the dataset is, and which shard (its
+    ``tar_file_id`` and name); ``rows`` False for ``--tar-index-only``."""
 
-    At most a few shards run ahead of the one the parent is merging, so neither finished scans
-    nor their row files pile up when the parent is the slower side: memory stays flat.
+    url: str
+    storage_options: dict[str, Any] | None
+    tar_file_id: int
+    name: str
+    rows: bool = True
+
+
+@functools.lru_cache(maxsize=8)
+def _worker_storage(url: str, options_json: str) -> Storage:
+    """The dataset's storage, opened once per worker process (and per dataset)."""
+    return open_storage(url, json.loads(options_json))
+
+
+def scan_task(task: ScanTask) -> ShardScan:
+    """Scan one shard on an executor's worker (any process, any machine that reaches the URL)."""
+    storage = _worker_storage(task.url, json.dumps(task.storage_options, sort_keys=True))
+    spill = scratch_path(".sqlite") if task.rows else None
+    scan = scan_shard(storage, task.tar_file_id, task.name, spill)
+    if isinstance(scan.rows, str):  # no Connection.serialize (Python 3.10): hand the file's bytes
+        with open(scan.rows, "rb") as f:
+            scan.rows = f.read()
+        os.unlink(spill)  # type: ignore[arg-type]
+    return scan
+
+
+def scan_shards(
+    storage: Storage,
+    shards: Sequence[str],
+    workers: int,
+    rows_dir: str | None,
+    media: MediaFilter | None = None,
+    *,
+    ids: Sequence[int] | None = None,
+    executor: Executor | None = None,
+    storage_options: dict[str, Any] | None = None,
+) -> Iterator[ShardScan]:
+    """Shard scans in shard order: worker processes for local files, threads for remote ones, or
+    ``executor``'s workers (``scan_task``, given the URL and ``storage_options``).
+
+    ``ids``: only these shards (their ``tar_file_id``, increasing), for a resumed or incremental
+    prepare. At most a few shards run ahead of the one the parent is merging, so neither finished
+    scans nor their row files pile up when the parent is the slower side: memory stays flat.
     """
+    order = list(range(len(shards))) if ids is None else list(ids)
+    if executor is not None:
+        jobs = [ScanTask(storage.url(), storage_options, i, shards[i], rows_dir is not None) for i in order]
+        yield from _in_order(lambda t: executor.submit(scan_task, t).result, jobs, max(2 * workers, 8))
+        return
     tasks = [
-        (storage, i, name, os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None, media)
-        for i, name in enumerate(shards)
+        (storage, i, shards[i], os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None, media)
+        for i in order
     ]
-    if workers <= 1 or len(shards) <= 1:
+    if workers <= 1 or len(tasks) <= 1:
         yield from map(_scan_task, tasks)
     elif storage.local_path("") is None:
         with ThreadPoolExecutor(workers) as threads:

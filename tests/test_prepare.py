@@ -354,7 +354,7 @@ def test_cli_json(ds: Path) -> None:
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)  # stdout is only the JSON
     assert set(report) == {"path", "shards", "samples", "parts", "bytes", "seconds", "splits", "part_names",
-                           "sample_type", "uuid", "problems"}
+                           "sample_type", "uuid", "problems", "scanned", "reused"}
     assert report["shards"] == 10 and report["samples"] == 40 and report["parts"] == 120
     assert report["splits"]["train"] == {"shards": 8, "samples": 32}
     assert report["sample_type"] == "CaptioningSample"

@@ -74,7 +74,12 @@ def old_or_new(path: Path, old: Samples, new: Samples) -> str:
 
 
 def leftovers(path: Path) -> list[str]:
-    return sorted(p.name for p in path.iterdir() if p.name.startswith(".nv-meta.") or ".tmp" in p.name)
+    """What a prepare left beside .nv-meta; not the scans an interrupted one keeps for the next run
+    (.nv-meta.resume-*, tests/test_scale_resume.py)."""
+    return sorted(
+        p.name for p in path.iterdir()
+        if (p.name.startswith(".nv-meta.") or ".tmp" in p.name) and not p.name.startswith(".nv-meta.resume-")
+    )
 
 
 def _default_sigint() -> None:

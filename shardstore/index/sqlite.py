@@ -1,10 +1,14 @@
 """``index.sqlite``: a bulk writer for prepare and a read-only, fork-safe reader.
 
 The writer loads rows with journaling off into a file nobody reads yet (it is renamed into
-place when complete). Its indexes exist from the start: prepare appends shards in order, so
-every index but the one on ``sample_key`` grows at its right edge, which costs less than
-sorting everything once at the end and leaves no serial step after the last shard (measured in
-docs/benchmarks.md). The reader opens the file with
+place when complete). ``sample_parts`` and its indexes are written as shards arrive (in shard
+order, so each index grows at its right edge). ``samples`` is not: its UNIQUE ``sample_key``
+index would get keys in whatever order the dataset has, and once that B-tree outgrows the page
+cache each random insert costs page reads (+19% CPU per part from 3M to 10M parts with hashed
+keys). Sample rows are appended to a load table in a second file, then copied into ``samples``
+sorted by key (SQLite's external merge sort: n log n, bounded memory), so the key index grows at
+its right edge too; ``idx_samples_by_tar_and_idx`` is built after that copy (docs/scale.md).
+The reader opens the file with
 ``mode=ro&immutable=1``, one connection per thread, reopened after ``fork``.
 """
 
@@ -62,23 +66,40 @@ def schema_sql() -> str:
 class IndexWriter:
     """Writes a fresh Energon 7 ``index.sqlite`` at ``path`` (which must not be in use)."""
 
-    def __init__(self, path: str, shard_names: Sequence[str], media_tables: bool = False) -> None:
+    def __init__(
+        self, path: str, shard_names: Sequence[str], previous: str | None = None, media_tables: bool = False
+    ) -> None:
+        """``previous``: an older ``index.sqlite`` whose shards ``copy`` takes rows from."""
         self.path = path
         self.shard_names = list(shard_names)
         if os.path.exists(path):
             os.unlink(path)
+        self.load_path = f"{path}-load"
+        for stale in (path, self.load_path):
+            if os.path.exists(stale):
+                os.unlink(stale)
         self.db = sqlite3.connect(path, isolation_level=None)
         # Nobody reads this file until it is complete and renamed: no journal, no fsync per commit.
-        # A bounded page cache and no in-memory temp files: memory must not grow with the dataset.
+        # A bounded page cache and temp files on disk (the key sort spills): memory must not grow
+        # with the dataset.
         self.db.executescript(
             "PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA locking_mode=EXCLUSIVE;"
-            "PRAGMA cache_size=-16384;"
+            "PRAGMA cache_size=-16384; PRAGMA temp_store=FILE;"
         )
-        # Tables and their indexes before the rows (Energon builds the indexes after its load):
-        # rows arrive in (tar_file_id, sample_index) order, the order of all three indexes, so
-        # maintaining them is appending; building them after the load means a full sort of every
-        # row as a serial step at the end (about 0.5 s more CPU on 768k parts).
-        self.db.executescript(schema_sql())
+        # The schema's statements, those that index ``samples`` kept for ``finish``: rows of
+        # ``sample_parts`` arrive in (tar_file_id, sample_index) order, the order of its indexes,
+        # so maintaining them is appending; ``samples`` is filled in key order at the end.
+        statements = [st.strip() for st in _statements(schema_sql())]
+        self._deferred = [st for st in statements if _indexes_samples(st)]
+        self.db.executescript(";\n".join(st for st in statements if not _indexes_samples(st)) + ";")
+        self.db.execute("ATTACH DATABASE ? AS load", (self.load_path,))
+        self.db.executescript(
+            "PRAGMA load.journal_mode=OFF; PRAGMA load.synchronous=OFF;"
+            "CREATE TABLE load.samples (tar_file_id, sample_key, sample_index, byte_offset, byte_size);"
+        )
+        self._previous = previous is not None
+        if previous is not None:
+            self.db.execute("ATTACH DATABASE ? AS old", (previous,))
         if media_tables:  # --media-metadata-by-...: Energon 7.4's two optional tables
             import nv_meta_schema
 
@@ -88,14 +109,8 @@ class IndexWriter:
 
     def add(self, samples: Sequence[SampleRow], parts: Sequence[PartRow]) -> None:
         """Append the rows of one shard (or part of one)."""
-        self.db.execute("SAVEPOINT shard")
-        try:
-            self.db.executemany("INSERT INTO samples VALUES (?,?,?,?,?)", samples)
-        except sqlite3.IntegrityError:
-            self.db.execute("ROLLBACK TO shard")  # drop the partial batch; earlier shards stay for the lookup
-            raise self._duplicate(samples) from None
+        self.db.executemany("INSERT INTO load.samples VALUES (?,?,?,?,?)", samples)
         self.db.executemany("INSERT INTO sample_parts VALUES (?,?,?,?,?)", parts)
-        self.db.execute("RELEASE shard")
 
     def merge(self, rows: bytes | str, tar_file_id: int) -> None:
         """Append the rows of shard ``tar_file_id`` that a worker collected with ``ShardRows`` (its
@@ -122,11 +137,10 @@ class IndexWriter:
             self.db.deserialize(rows, name="shard")
         if not self.db.in_transaction:
             self.db.execute("BEGIN")
-        samples = "SELECT ?, sample_key, rowid - 1, byte_offset, byte_size FROM shard.samples ORDER BY rowid"
-        try:
-            self.db.execute(f"INSERT INTO samples {samples}", (tar_file_id,))
-        except sqlite3.IntegrityError:
-            raise self._duplicate(self.db.execute(samples, (tar_file_id,)).fetchall()) from None
+        self.db.execute(
+            "INSERT INTO load.samples SELECT ?, sample_key, rowid - 1, byte_offset, byte_size FROM shard.samples ORDER BY rowid",
+            (tar_file_id,),
+        )
         self.db.execute(
             "INSERT INTO sample_parts SELECT ?, sample_index, part_name, content_byte_offset, "
             "content_byte_size FROM shard.sample_parts ORDER BY rowid",
@@ -150,37 +164,67 @@ class IndexWriter:
             self.db.execute("BEGIN")
         self.db.execute("INSERT OR IGNORE INTO media_filters (strategy, patterns) VALUES (?, ?)", (strategy, patterns))
 
-    def _duplicate(self, samples: Sequence[SampleRow]) -> DuplicateKeyError:
-        """Name both places of the key that broke the UNIQUE constraint."""
-        seen: dict[str, SampleRow] = {}
-        for row in samples:
-            first = seen.get(row[1])
-            if first is None:
-                hit = self.db.execute(
-                    "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size FROM samples WHERE sample_key=?",
-                    (row[1],),
-                ).fetchone()
-                # (the row itself, if the failed statement's earlier rows were not rolled back)
-                first = tuple(hit) if hit and (hit[0], hit[2]) != (row[0], row[2]) else None  # type: ignore[assignment]
-            if first is not None:
-                a, b = self.shard_names[first[0]], self.shard_names[row[0]]
-                return DuplicateKeyError(
-                    f"duplicate sample key {row[1]!r}: first in {a} (sample {first[2]}, offset {first[3]}), "
-                    f"again in {b} (sample {row[2]}, offset {row[3]})",
-                    path=b,
-                    member=row[1],
-                    offset=row[3],
-                )
-            seen[row[1]] = row
-        return DuplicateKeyError("duplicate sample key in batch", path=self.path)
+    def copy(self, old_id: int, tar_file_id: int) -> tuple[int, dict[str, int]]:
+        """Append the rows shard ``old_id`` has in the ``previous`` index as shard ``tar_file_id``
+        (in the order a scan gives them); return its part count and parts by name."""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
+        self.db.execute(
+            "INSERT INTO load.samples SELECT ?, sample_key, sample_index, byte_offset, byte_size FROM old.samples "
+            "WHERE tar_file_id=? ORDER BY sample_index",
+            (tar_file_id, old_id),
+        )
+        self.db.execute(
+            "INSERT INTO sample_parts SELECT ?, sample_index, part_name, content_byte_offset, content_byte_size "
+            "FROM old.sample_parts WHERE tar_file_id=? ORDER BY sample_index, content_byte_offset",
+            (tar_file_id, old_id),
+        )
+        names = dict(self.db.execute(
+            "SELECT part_name, count(*) FROM old.sample_parts WHERE tar_file_id=? GROUP BY part_name", (old_id,)
+        ).fetchall())
+        return sum(names.values()), names
+
+    def _duplicate(self) -> DuplicateKeyError:
+        """Name the first and second place of the key that broke the UNIQUE constraint (in
+        shard order; found by one more sort of the loaded keys, only when there is one)."""
+        rows = self.db.execute(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset FROM load.samples WHERE sample_key = "
+            "(SELECT sample_key FROM load.samples GROUP BY sample_key HAVING count(*) > 1 "
+            "ORDER BY min(tar_file_id * 4294967296 + sample_index) LIMIT 1) ORDER BY tar_file_id, sample_index LIMIT 2"
+        ).fetchall()
+        if len(rows) < 2:
+            return DuplicateKeyError("duplicate sample key", path=self.path)
+        first, row = rows
+        a, b = self.shard_names[first[0]], self.shard_names[row[0]]
+        return DuplicateKeyError(
+            f"duplicate sample key {row[1]!r}: first in {a} (sample {first[2]}, offset {first[3]}), "
+            f"again in {b} (sample {row[2]}, offset {row[3]})",
+            path=b,
+            member=row[1],
+            offset=row[3],
+        )
 
     def finish(self) -> None:
-        """Commit and switch to a rollback journal (Energon's mode); the file is then complete."""
-        if self.db.in_transaction:
-            self.db.execute("COMMIT")
+        """Fill ``samples`` in key order from the load table, build its other index, commit and
+        switch to a rollback journal (Energon's mode); the file is then complete."""
         if self._attached:
+            if self.db.in_transaction:
+                self.db.execute("COMMIT")
             self.db.execute("DETACH DATABASE shard")
             self._attached = ""
+        if not self.db.in_transaction:
+            self.db.execute("BEGIN")
+        try:
+            self.db.execute("INSERT INTO samples SELECT * FROM load.samples ORDER BY sample_key")
+        except sqlite3.IntegrityError:
+            raise self._duplicate() from None
+        for statement in self._deferred:
+            self.db.execute(statement)
+        self.db.execute("COMMIT")
+        self.db.execute("DETACH DATABASE load")
+        if self._previous:
+            self.db.execute("DETACH DATABASE old")
+        os.unlink(self.load_path)
         self.db.execute("PRAGMA journal_mode=DELETE")
         self.db.close()
 
@@ -188,8 +232,19 @@ class IndexWriter:
         try:
             self.db.close()
         finally:
-            if os.path.exists(self.path):
-                os.unlink(self.path)
+            for path in (self.path, self.load_path):
+                if os.path.exists(path):
+                    os.unlink(path)
+
+
+def _statements(script: str) -> list[str]:
+    """The statements of an SQL script (comments dropped; no ``;`` inside the schema's literals)."""
+    text = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+    return [st for st in text.split(";") if st.strip()]
+
+
+def _indexes_samples(statement: str) -> bool:
+    return statement.upper().startswith("CREATE INDEX") and " ON SAMPLES(" in " ".join(statement.upper().split()).replace(" (", "(")
 
 
 #: Rows bound per INSERT statement: one multi-row statement costs about half of what

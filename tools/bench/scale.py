@@ -26,6 +26,11 @@ is at most n log n's own plus the tolerance (the wall time's is printed, not che
 machine one step compares two runs that got different shares of the cores). Memory: peak tree RSS
 at the largest size / at the smallest, met when <= 1.5x (as prepare.py's flatness check).
 
+After the runs of each size: random lookups by key per second (``IndexReader.locate`` of 20,000
+keys drawn at random, one thread, warm page cache), and with ``--dask`` the same prepare through a
+2-worker Dask ``LocalCluster`` (``--dask-scheduler``; the workers' CPU counted from their
+processes), to show what the cluster path costs against the default executor.
+
 Example: .venv/bin/python tools/bench/scale.py --max-parts 300000 --json -
 """
 
@@ -210,6 +215,57 @@ def _check_first_shard(path: str, random_keys: bool) -> None:
 # Measuring
 
 
+def lookups_per_second(folder: str, n: int = 20_000) -> float:
+    """Random lookups by key (key -> shard, position, byte range) per second on the index."""
+    import random
+    import sqlite3
+
+    from shardstore.index.sqlite import IndexReader
+
+    path = os.path.join(folder, ".nv-meta", "index.sqlite")
+    con = sqlite3.connect(path)
+    total = con.execute("SELECT max(rowid) FROM samples").fetchone()[0]
+    rng = random.Random(0)
+    ids = [rng.randrange(1, total + 1) for _ in range(n)]
+    keys = [con.execute("SELECT sample_key FROM samples WHERE rowid=?", (i,)).fetchone()[0] for i in ids]
+    con.close()
+    reader = IndexReader(path)
+    t0 = time.perf_counter()
+    found = sum(reader.locate(k) is not None for k in keys)
+    seconds = time.perf_counter() - t0
+    assert found == n
+    return round(n / seconds)
+
+
+def dask_runs(args: argparse.Namespace, folders: dict[int, str], log: Any) -> list[dict[str, Any]]:
+    """Each size prepared through a 2-worker Dask LocalCluster, next to the default executor."""
+    import distributed
+    import psutil
+
+    venv_bin = Path(sys.executable).parent
+    out = []
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=40) as cluster:
+        me = psutil.Process()
+
+        def cluster_cpu() -> float:
+            return sum(sum(c.cpu_times()[:2]) for c in me.children(recursive=True) if c.is_running())
+
+        for n, folder in folders.items():
+            default = pb.measure([str(venv_bin / "shardstore"), "prepare", folder, *FLAGS, "--num-workers", "2"], args.poll)
+            before = cluster_cpu()
+            dask = pb.measure([str(venv_bin / "shardstore"), "prepare", folder, *FLAGS, "--dask-scheduler",
+                               cluster.scheduler_address], args.poll)
+            workers = cluster_cpu() - before
+            row = {"parts": n, "default_wall_s": round(default.seconds, 2), "default_cpu_s": round(default.cpu_seconds, 2),
+                   "dask_wall_s": round(dask.seconds, 2), "dask_parent_cpu_s": round(dask.cpu_seconds, 2),
+                   "dask_workers_cpu_s": round(workers, 2), "load_avg_1m": round(os.getloadavg()[0], 2)}
+            log(f"dask {n:,} parts: default {default.seconds:.1f} s wall / {default.cpu_seconds:.1f} CPU-s; "
+                f"dask {dask.seconds:.1f} s wall / {dask.cpu_seconds:.1f} + {workers:.1f} CPU-s")
+            out.append(row)
+    return out
+
+
 def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> dict[str, Any]:
     venv_bin = Path(sys.executable).parent
     largest = folders[max(folders)]
@@ -227,6 +283,9 @@ def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> di
                 f"prepare {ss[n].runs[-1].seconds:.2f} s ({ss[n].runs[-1].tree_peak_mb:.0f} MB)")
             load.append(os.getloadavg()[0])
     rows = [_size_row(n, folders[n], ss[n], fl[n]) for n in folders]
+    for row in rows:
+        row["lookups_per_s"] = lookups_per_second(folders[row["parts"]])
+        log(f"{row['parts']:,} parts: {row['lookups_per_s']:,} random lookups by key per second")
     return {
         "data": args.data,
         "keys": "random" if args.random_keys else "in order",
@@ -351,6 +410,11 @@ def print_report(res: dict[str, Any]) -> None:
     print(f"peak memory, largest / smallest size: {m['tree_peak_ratio']:.2f}x tree, {m['max_process_ratio']:.2f}x largest process")
     for name, t in res["targets"].items():
         print(f"  {'MET ' if t['met'] else 'MISS'} {name} ({t['value']})")
+    print("random lookups by key per second: " + ", ".join(f"{r['parts']:,}: {r['lookups_per_s']:,}" for r in res["sizes"]))
+    for d in res.get("dask", []):
+        print(f"dask LocalCluster (2 workers) at {d['parts']:,} parts: {d['dask_wall_s']} s wall, "
+              f"{d['dask_parent_cpu_s']} + {d['dask_workers_cpu_s']} CPU-s; default executor {d['default_wall_s']} s, "
+              f"{d['default_cpu_s']} CPU-s (load {d['load_avg_1m']})")
 
 
 def main() -> None:
@@ -364,6 +428,8 @@ def main() -> None:
     ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
     ap.add_argument("--random-keys", action="store_true", help="sample keys in no order (hex), own shards")
     ap.add_argument("--generate-only", action="store_true", help="make the data and stop")
+    ap.add_argument("--dask", action="store_true", help="also prepare each size on a 2-worker Dask LocalCluster")
+    ap.add_argument("--skip-runs", action="store_true", help="with --dask: only the Dask comparison")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else SIZES
@@ -375,7 +441,15 @@ def main() -> None:
     folders = ensure_data(args.data, sizes, log, args.random_keys)
     if args.generate_only:
         return
+    if args.skip_runs:
+        res = {"dask": dask_runs(args, folders, log)}
+        print(json.dumps(res["dask"], indent=1))
+        if args.json:
+            pb.write_json(res, args.json)
+        return
     res = run_sizes(args, folders, log)
+    if args.dask:
+        res["dask"] = dask_runs(args, folders, log)
     print_report(res)
     if args.json:
         pb.write_json(res, args.json)
