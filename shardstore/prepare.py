@@ -425,8 +425,11 @@ def prepare(
             field_map = json.loads(field_map)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON in the field map: {e}") from e
-    if media is not None and executor is not None:
-        raise ConfigError("media metadata is probed by the local scan workers: drop executor (--executor) or the media option")
+    if media is not None and (executor is not None or update):
+        raise ConfigError(
+            "media metadata is probed by the local scan workers of a full prepare: "
+            "drop executor (--executor) and update (--update), or the media option"
+        )
     missing = nvmeta.missing_root(storage)
     if missing is not None:
         raise ConfigError(missing, path=storage.url())

@@ -49,6 +49,9 @@ STAGES = {
     "duplicates": 4,  # --fix-duplicates, beside prepare
     "media_prepare": 4,  # prepare-media, beside prepare
     "scan": 4,
+    "executors": 2,  # concurrent.futures executors for prepare (local, Dask)
+    "resume": 4,  # saved shard scans of an interrupted prepare
+    "update": 4,  # prepare --update: which shards changed, the rows of the rest
     "prepare": 4,
     "dataset": 4,
     "metadataset": 5,
