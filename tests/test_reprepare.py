@@ -215,6 +215,7 @@ def test_two_prepares_racing(reprepared: tuple[Path, Samples, Samples], start_pr
 
 # ----- readers during re-prepares ---------------------------------------------------------------------
 def _reader(path: str, layouts: list[Samples], stop: Any, out: Any) -> None:
+    os.nice(10)  # the readers yield the cores to the re-prepares they race (2 cores, 3 readers)
     passes = errors = wrong = 0
     first_error = ""
     while not stop.is_set():

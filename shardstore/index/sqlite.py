@@ -392,7 +392,7 @@ def _name_table_after() -> int:
         return 4096
 
 
-def _index_error(path: str, e: sqlite3.Error) -> IndexCorruptError:
+def _index_error(path: str, e: sqlite3.Error | UnicodeDecodeError) -> IndexCorruptError:
     return IndexCorruptError(f"index cannot be read: {e} (damaged? rerun prepare)", path=path)
 
 
@@ -405,7 +405,7 @@ def _sql_errors(fn: F) -> F:
         def gen(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
             try:
                 yield from fn(self, *args, **kwargs)
-            except sqlite3.Error as e:
+            except (sqlite3.Error, UnicodeDecodeError) as e:  # (text of a damaged file)
                 raise _index_error(self.path, e) from e
 
         return gen  # type: ignore[return-value]
@@ -414,7 +414,7 @@ def _sql_errors(fn: F) -> F:
     def call(self: IndexReader, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(self, *args, **kwargs)
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # (text of a damaged file)
             raise _index_error(self.path, e) from e
 
     return call  # type: ignore[return-value]
@@ -444,7 +444,7 @@ class IndexReader(Closeable):
         try:
             cols = {r[1] for r in self._conn().execute("PRAGMA table_info(samples)")}
             tables = {r[0] for r in self._conn().execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        except sqlite3.Error as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # (text of a damaged file)
             raise _index_error(path, e) from e
         if not {"sample_key", "tar_file_id", "sample_index", "byte_offset", "byte_size"} <= cols:
             raise IndexVersionError(
