@@ -376,7 +376,7 @@ def check(
     problems = _Problems()
     report = CheckReport(storage.url(), deep, 0, 0, 0, 0.0, repaired=repaired)
     if busy is not None:
-        problems.add(Problem("prepare", busy.path, f"{busy.detail}; the index may change while this check runs"))
+        problems.add(Problem("prepare", busy.path or storage.url(), f"{busy.detail}; the index may change while this check runs"))
     with _local_meta(storage) as root:
         try:
             meta_info = nvmeta.read_info(storage)

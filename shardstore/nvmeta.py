@@ -414,7 +414,7 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     for name, entry in recorded.items():
         for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,))):
             value = entry.get(key)
-            if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and value < 0)):
+            if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and isinstance(value, int) and value < 0)):
                 raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
     if version > SHARDSTORE_FORMAT:
         raise IndexVersionError(

@@ -22,7 +22,7 @@ import time
 import uuid
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -420,11 +420,10 @@ def prepare(
     if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written
         return _prepare_jsonl(os.fspath(path), storage_options)
     storage = open_storage(path, storage_options)
-    if isinstance(field_map, str):
-        try:
-            field_map = json.loads(field_map)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"invalid JSON in the field map: {e}") from e
+    try:
+        fields: dict[str, str] | None = json.loads(field_map) if isinstance(field_map, str) else field_map
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON in the field map: {e}") from e
     if media is not None and (executor is not None or update):
         raise ConfigError(
             "media metadata is probed by the local scan workers of a full prepare: "
@@ -438,7 +437,7 @@ def prepare(
     try:
         return _prepare_locked(
             storage, t0, split_ratio, split_parts, exclude, num_workers, shuffle_tars, tar_index_only, force_overwrite,
-            skip_dataset_yaml, sample_type, field_map, progress, choose_dataset_yaml,
+            skip_dataset_yaml, sample_type, fields, progress, choose_dataset_yaml,
             _RunOptions(executor, resume and media is None, storage_options, update, drop_missing, media),
             dataset_yaml_name=dataset_yaml_name, tmp_path=tmp_path, fix_duplicates=fix_duplicates, media=media,
             confirm_field_map=confirm_field_map,
@@ -464,13 +463,13 @@ class _RunOptions:
 def _scans(
     storage: Storage, shards: list[str], store: ResumeStore | None, how: _RunOptions, workers: int, rows_dir: str | None,
     skip: set[int],
-) -> tuple[Iterator[tuple[ShardScan, bool]], int]:
+) -> tuple[Generator[tuple[ShardScan, bool], None, None], int]:
     """The scan of every shard not in ``skip``, in shard order, with True where it was scanned now
     (False: reused from ``store``), and how many will be scanned now."""
     reuse = {i for i, name in enumerate(shards) if i not in skip and store is not None and store.matches(storage, name)}
     todo = [i for i in range(len(shards)) if i not in reuse and i not in skip]
 
-    def run() -> Iterator[tuple[ShardScan, bool]]:
+    def run() -> Generator[tuple[ShardScan, bool], None, None]:
         fresh = scan_shards(
             storage, shards, min(workers, max(1, len(todo))), rows_dir, how.media, ids=todo, executor=how.executor,
             storage_options=how.storage_options,
@@ -574,7 +573,7 @@ def _prepare_locked(
     stats: dict[str, FileStat] = {}
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
-    scans: Iterator[tuple[ShardScan, bool]] | None = None
+    scans: Generator[tuple[ShardScan, bool], None, None] | None = None
     try:
         # remote shards are read by threads that mostly wait on the network: more than the cores
         workers = worker_count(num_workers, len(shards), storage.local_path("") is not None)

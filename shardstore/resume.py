@@ -159,7 +159,7 @@ class ResumeStore:
 def _clean(parent: str, prefix: str, keep: str | None) -> list[str]:
     """Remove the resume folders of this host in ``parent`` but ``keep``, and those of other hosts
     older than the maximum age; return their names."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(parent)
     except OSError:

@@ -31,7 +31,7 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -239,7 +239,7 @@ def scan_shards(
     ids: Sequence[int] | None = None,
     executor: Executor | None = None,
     storage_options: dict[str, Any] | None = None,
-) -> Iterator[ShardScan]:
+) -> Generator[ShardScan, None, None]:
     """Shard scans in shard order: worker processes for local files, threads for remote ones, or
     ``executor``'s workers (``scan_task``, given the URL and ``storage_options``).
 

@@ -22,7 +22,7 @@ _DTYPE = np.dtype("<u8")
 MAP_ABOVE = 4 << 20
 
 
-def offsets_bytes(offsets: Sequence[int]) -> bytes:
+def offsets_bytes(offsets: Sequence[int] | np.ndarray) -> bytes:
     """The file content for the given offsets (sample starts followed by the end offset)."""
     return np.asarray(offsets, dtype=_DTYPE).tobytes()
 
