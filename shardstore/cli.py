@@ -805,7 +805,18 @@ def export_group() -> None:
 
 
 def episode_writer_options(fn: F) -> F:
-    """The options of every ``shardstore import FORMAT``, passed on to ``EpisodeWriter``."""
+    """The options of every ``shardstore import FORMAT``: ``fn`` gets them as one ``writer`` argument,
+    ``EpisodeWriter``'s keyword arguments (``as_json`` and ``quiet`` are passed on as well)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, granularity: str, shard_size: int, split_ratio: str | None, force: bool, progress: bool,
+                as_json: bool, quiet: bool, **kwargs: Any) -> Any:
+        writer = {
+            "granularity": granularity, "shard_size": shard_size, "split_ratio": split_ratio, "force": force,
+            "progress": progress and not quiet and not as_json and sys.stderr.isatty(),
+        }
+        return fn(*args, writer=writer, as_json=as_json, quiet=quiet, **kwargs)
+
     options = [
         click.option("--granularity", type=click.Choice(["step", "episode"]), default="step", show_default=True,
                      help="One sample per step, or per episode (stacked arrays; for low-dimensional data)."),
@@ -818,17 +829,15 @@ def episode_writer_options(fn: F) -> F:
         quiet_option,
     ]
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command  # type: ignore[return-value]
 
 
-def writer_kwargs(granularity: str, shard_size: int, split_ratio: str | None, force: bool, progress: bool,
-                  quiet: bool, as_json: bool) -> dict[str, Any]:
-    """``EpisodeWriter`` keyword arguments from ``episode_writer_options``."""
-    return {
-        "granularity": granularity, "shard_size": shard_size, "split_ratio": split_ratio, "force": force,
-        "progress": progress and not quiet and not as_json and sys.stderr.isatty(),
-    }
+def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> Any:
+    """An importer's report; a SIGTERM unwinds it as Ctrl-C does (its staging is removed)."""
+    from .prepare import _sigterm_unwinds
+
+    return _sigterm_unwinds(importer)(src, out, **options, **writer)
 
 
 def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> None:
@@ -845,8 +854,7 @@ def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> N
 @click.argument("out", type=click.Path(file_okay=False))
 @episode_writer_options
 @handle_errors
-def import_minari_command(src: str, out: str, granularity: str, shard_size: int, split_ratio: str | None,
-                          force: bool, progress: bool, as_json: bool, quiet: bool) -> None:
+def import_minari_command(src: str, out: str, writer: dict[str, Any], as_json: bool, quiet: bool) -> None:
     """Import a Minari dataset (0.3/0.4/0.5; HDF5, Arrow or Parquet) into a prepared dataset.
 
     SRC is a dataset folder, its data folder, or a dataset id under MINARI_DATASETS_PATH
@@ -858,11 +866,8 @@ def import_minari_command(src: str, out: str, granularity: str, shard_size: int,
       shardstore import minari ~/.minari/datasets/cartpole-v0 ./cartpole --granularity episode --json
     """
     from .convert.minari import import_minari
-    from .prepare import _sigterm_unwinds
 
-    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
-    report = _sigterm_unwinds(import_minari)(src, out, **kwargs)
-    echo_episode_report(report, "Imported", as_json, quiet)
+    echo_episode_report(run_import(import_minari, src, out, writer), "Imported", as_json, quiet)
 
 
 @export_group.command("minari")
@@ -927,8 +932,7 @@ def _episode_wds_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 @episode_writer_options
 @handle_errors
 def import_episode_wds_command(
-    src: str, out: str, blend_yaml: bool, allow_pickle: bool, granularity: str, shard_size: int,
-    split_ratio: str | None, force: bool, progress: bool, as_json: bool, quiet: bool,
+    src: str, out: str, blend_yaml: bool, allow_pickle: bool, writer: dict[str, Any], as_json: bool, quiet: bool
 ) -> None:
     """Import the episode-frame WebDataset layout of imitation-learning research (frame_NNN.<part>.pickle
     steps after a _metadata.meta.pickle member; .tar or .tar.zst): one prepared episode dataset per task.
@@ -942,10 +946,8 @@ def import_episode_wds_command(
       shardstore import episode-wds ./il-data ./il-ds --blend-yaml
     """
     from .convert.episode_wds_import import import_episode_wds
-    from .prepare import _sigterm_unwinds
 
-    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
-    report = _sigterm_unwinds(import_episode_wds)(src, out, blend_yaml=blend_yaml, allow_pickle=allow_pickle, **kwargs)
+    report = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
     if as_json:
         echo_json(report.to_dict())
         return
@@ -1008,11 +1010,7 @@ def import_lerobot_command(
     frames: str | None,
     check_only: bool,
     storage_options: dict[str, Any] | None,
-    granularity: str,
-    shard_size: int,
-    split_ratio: str | None,
-    force: bool,
-    progress: bool,
+    writer: dict[str, Any],
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -1034,12 +1032,8 @@ def import_lerobot_command(
     if out is None:
         raise click.UsageError("OUT is required (or pass --check-only)")
     from .convert.lerobot import import_lerobot
-    from .prepare import _sigterm_unwinds
 
-    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
-    report = _sigterm_unwinds(import_lerobot)(
-        src, out, frames=frames, storage_options=storage_options, **kwargs  # type: ignore[arg-type]
-    )
+    report = run_import(import_lerobot, src, out, writer, frames=frames, storage_options=storage_options)
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
@@ -1125,11 +1119,7 @@ def import_rlds_command(
     out: str,
     split: str | None,
     storage_options: dict[str, Any] | None,
-    granularity: str,
-    shard_size: int,
-    split_ratio: str | None,
-    force: bool,
-    progress: bool,
+    writer: dict[str, Any],
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -1147,10 +1137,8 @@ def import_rlds_command(
       shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
     """
     from .convert.rlds import import_rlds
-    from .prepare import _sigterm_unwinds
 
-    kwargs = writer_kwargs(granularity, shard_size, split_ratio, force, progress, quiet, as_json)
-    report = _sigterm_unwinds(import_rlds)(src, out, split=split, storage_options=storage_options, **kwargs)
+    report = run_import(import_rlds, src, out, writer, split=split, storage_options=storage_options)
     echo_episode_report(report, "Imported", as_json, quiet)
 
 
@@ -1213,7 +1201,7 @@ def export_rlds_command(
         echo_json(info)
     elif not quiet:
         splits = ", ".join(
-            f"{s['name']}: {sum(int(n) for n in s['shardLengths'])} episodes in {len(s['shardLengths'])} shards"
+            f"{s['name']}: {_plural(sum(int(n) for n in s['shardLengths']), 'episode')} in {_plural(len(s['shardLengths']), 'shard')}"
             for s in info["splits"]
         )
         click.echo(f"Exported {dataset} to {out} (RLDS): {splits}")

@@ -84,7 +84,7 @@ class RldsCheckReport:
         lines = [f"RLDS check of {self.folder}: {'OK' if self.ok else 'FAILED'}"]
         for split, c in self.splits.items():
             lines.append(
-                f"  split {split}: {c['episodes']} episodes, {c['steps']} steps, {c['shards']} shards"
+                f"  split {split}: " + ", ".join(f"{c[k]} {k[:-1] if c[k] == 1 else k}" for k in ("episodes", "steps", "shards"))
             )
         for rule, desc in RULES.items():
             lines.append(f"  [{self.rules.get(rule, 'pass'):>7}] {rule}: {desc}")
