@@ -18,3 +18,35 @@ def missing_peer(error: BaseException) -> NoReturn:
     if in_ci():
         raise RuntimeError(why + " (CI must run the compat tests)") from error
     pytest.skip(why, allow_module_level=True)
+
+
+def energon_samples(path: object, split: str = "train") -> list[tuple[str, dict]]:
+    """Every sample of ``split`` as Energon's own val loader yields it, in its order: the key and the
+    raw parts (no decoding; a JSONL line comes parsed under ``json``, as Energon's JSONL factory gives it)."""
+    from megatron.energon import (
+        Cooker,
+        DefaultTaskEncoder,
+        Sample,
+        WorkerConfig,
+        basic_sample_keys,
+        edataclass,
+        get_loader,
+        get_val_dataset,
+        stateless,
+    )
+
+    @edataclass
+    class RawSample(Sample):
+        parts: dict
+
+    @stateless
+    def cook(raw: dict) -> RawSample:
+        return RawSample(**basic_sample_keys(raw), parts={k: v for k, v in raw.items() if not k.startswith("__")})
+
+    class RawBytes(DefaultTaskEncoder):
+        decoder = None
+        cookers = [Cooker(cook)]
+
+    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    ds = get_val_dataset(str(path), split_part=split, worker_config=wc, batch_size=None, task_encoder=RawBytes())
+    return [(s.__key__, s.parts) for s in get_loader(ds)]

@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from energon_peer import missing_peer
+from energon_peer import energon_samples, missing_peer
 
 pytestmark = pytest.mark.compat
 
@@ -104,36 +104,9 @@ def test_same_shards_and_index_as_energon(energon_fixed: Path, tmp_path: Path) -
 
 
 def test_energon_reads_the_fixed_dataset(tmp_path: Path) -> None:
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        edataclass,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-
     ours = build(tmp_path / "ds")
     assert _run("shardstore", ours).returncode == 0
-
-    @edataclass
-    class Raw(Sample):
-        parts: dict
-
-    @stateless
-    def cook(raw: dict) -> Raw:
-        return Raw(**basic_sample_keys(raw), parts={k: v for k, v in raw.items() if not k.startswith("__")})
-
-    class Bytes(DefaultTaskEncoder):
-        decoder = None
-        cookers = [Cooker(cook)]
-
-    ds = get_val_dataset(str(ours), split_part="train", worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-                         batch_size=None, task_encoder=Bytes())
-    got = {s.__key__: s.parts for s in get_loader(ds)}
+    got = dict(energon_samples(ours))
     assert got["parts/a.tar/imgs/0001"]["jpg"] == bytes([1]) * 101
     assert got["parts/sub/b.tar/imgs/0003"] == {"jpg": bytes([3]) * 50}
     assert got["parts/c.tar/imgs/0004"] == {"jpg": b"four"}

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from energon_peer import missing_peer
+from energon_peer import energon_samples, missing_peer
 
 import shardstore
 
@@ -62,37 +62,11 @@ def jsonl(tmp_path: Path) -> Path:
 
 def test_energon_reads_ours(jsonl: Path) -> None:
     """Energon's loader (crude JSONL dataset, a cooker) and its JSONL file store on shardstore's index."""
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        edataclass,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
     from megatron.energon.cache.file_store import JsonlFileStore
     from megatron.energon.epathlib import EPath
 
     shardstore.prepare(str(jsonl))
-
-    @edataclass
-    class Line(Sample):
-        data: dict
-
-    @stateless
-    def cook(raw: dict) -> Line:
-        return Line(**basic_sample_keys(raw), data=raw["json"])  # the default JSONL factory parses the line
-
-    class Lines(DefaultTaskEncoder):
-        decoder = None
-        cookers = [Cooker(cook)]
-
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_val_dataset(str(jsonl), worker_config=wc, batch_size=None, task_encoder=Lines())
-    got = {s.__key__: s.data for s in get_loader(ds)}
+    got = {key: parts["json"] for key, parts in energon_samples(jsonl)}  # Energon's JSONL factory parses the line
     assert got == {str(i): x for i, x in enumerate(_lines())}
     store = JsonlFileStore(EPath(str(jsonl)))
     data, _source = store["17.json"]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from energon_peer import missing_peer
+from energon_peer import energon_samples, missing_peer
 
 pytestmark = pytest.mark.compat
 
@@ -424,40 +424,14 @@ def test_energon_file_store_reads_every_member(pair: tuple[Path, Path]) -> None:
 def test_energon_loader_reads_every_split(pair: tuple[Path, Path], tmp_path: Path) -> None:
     """Energon's dataset factory and loader on what shardstore wrote (split.yaml, the crude dataset.yaml,
     .tar.idx): iterating the three splits yields every sample once, with exact bytes."""
-    from megatron.energon import (
-        Cooker,
-        DefaultTaskEncoder,
-        Sample,
-        WorkerConfig,
-        basic_sample_keys,
-        edataclass,
-        get_loader,
-        get_val_dataset,
-        stateless,
-    )
-
-    @edataclass
-    class RawSample(Sample):
-        parts: dict
-
-    @stateless
-    def cook(raw: dict) -> RawSample:
-        return RawSample(**basic_sample_keys(raw), parts={k: v for k, v in raw.items() if not k.startswith("__")})
-
-    class RawBytes(DefaultTaskEncoder):  # the parts are random bytes, not images: no decoding
-        decoder = None
-        cookers = [Cooker(cook)]
-
     ours = _copy(pair[0], tmp_path / "crude")
     _shardstore(ours, "--force-overwrite", "--split-ratio", "6,2,2", "--sample-type", "CrudeWebdataset")
     truth = _ground_truth(ours)
-    wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
     got: dict[str, dict[str, bytes]] = {}
-    for split in ("train", "val", "test"):
-        ds = get_val_dataset(ours, split_part=split, worker_config=wc, batch_size=None, task_encoder=RawBytes())
-        for sample in get_loader(ds):
-            assert sample.__key__ not in got
-            got[sample.__key__] = sample.parts
+    for split in ("train", "val", "test"):  # the parts are random bytes, not images: no decoding
+        for key, parts in energon_samples(ours, split):
+            assert key not in got
+            got[key] = parts
     assert got == truth
 
 
