@@ -39,7 +39,7 @@ def _is_fixture(value: object) -> bool:
 
 
 _S3_FIXTURES = {name: value for name, value in vars(_s3).items() if _is_fixture(value)}
-assert {"s3_server", "storage_options", "s3_url", "upload"} <= _S3_FIXTURES.keys(), sorted(_S3_FIXTURES)
+assert {"s3_server", "storage_options", "s3_url", "upload", "msc_profile"} <= _S3_FIXTURES.keys(), sorted(_S3_FIXTURES)
 globals().update(_S3_FIXTURES)
 
 
@@ -62,6 +62,21 @@ def test_every_member_reads_back_byte_equal_from_s3(
             assert (mp / view).read_bytes() == m.data, view
     files = int(sh("find . -type f | wc -l", cwd=mp))
     assert files == 3 * len(mount_data.members)
+
+
+def test_an_msc_url_mounts(
+    mount_data: MountData, s3_dataset: str, s3_server: Any, msc_profile: Callable[[str, dict[str, Any]], str],
+    mounted: Callable[..., MountHandle],
+) -> None:
+    """``msc://PROFILE/path`` (Energon's object-store URLs) mounts as the s3:// URL it names does:
+    the mount process finds the profile through MSC_CONFIG."""
+    pytest.importorskip("multistorageclient", reason="multi-storage-client is not installed (it comes with megatron-energon)")
+    profile = msc_profile(s3_server.endpoint, s3_server.storage_options())
+    url = f"msc://{profile}/{s3_dataset.split('shardstore-test/', 1)[1]}"
+    mp = Path(mounted(url).mountpoint)
+    for m in mount_data.members:
+        assert (mp / mount_data.path_of(m, "flat")).read_bytes() == m.data, m.name
+    assert int(sh("find . -type f | wc -l", cwd=mp)) == 3 * len(mount_data.members)
 
 
 def test_s3_reads_sequential_and_random(

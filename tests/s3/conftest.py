@@ -6,9 +6,11 @@ tests skip and say why; under CI (``CI=true``) they fail instead, since CI must 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -114,3 +116,22 @@ def upload(s3_server: s3server.S3Server) -> Callable[[str | os.PathLike[str], st
 def s3fs_client(s3_server: s3server.S3Server) -> Any:
     """A separate s3fs client (no shared cache with the storage under test), to change objects behind its back."""
     return s3_server.filesystem()
+
+
+@pytest.fixture
+def msc_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str, dict[str, Any]], str]:
+    """``msc_profile(endpoint, storage_options) -> name``: an MSC (Multi-Storage Client) config with
+    one S3 profile on the test bucket at ``endpoint``, MSC_CONFIG pointing at it (inherited by the
+    processes a test starts, a mount's too). A new name each call: MSC caches clients by profile."""
+
+    def make(endpoint: str, opts: dict[str, Any]) -> str:
+        name = f"t{uuid.uuid4().hex[:10]}"
+        cfg = tmp_path / f"msc_config-{name}.json"
+        cfg.write_text(json.dumps({"profiles": {name: {
+            "storage_provider": {"type": "s3", "options": {"base_path": "shardstore-test", "endpoint_url": endpoint, "region_name": "us-east-1"}},
+            "credentials_provider": {"type": "S3Credentials", "options": {"access_key": opts["key"], "secret_key": opts["secret"]}},
+        }}}))
+        monkeypatch.setenv("MSC_CONFIG", str(cfg))
+        return name
+
+    return make

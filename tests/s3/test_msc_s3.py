@@ -6,7 +6,6 @@ prepare, random reads (range requests, never whole shards), a metadataset naming
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,20 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from delayproxy import DelayProxy  # noqa: E402
 
 
-def _profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str, opts: dict[str, Any]) -> str:
-    """An MSC config file with one S3 profile on the test bucket (MSC_CONFIG points at it); its name."""
-    name = f"t{uuid.uuid4().hex[:10]}"  # MSC caches clients by profile name: one per test
-    cfg = tmp_path / "msc_config.json"
-    cfg.write_text(json.dumps({"profiles": {name: {
-        "storage_provider": {"type": "s3", "options": {"base_path": "shardstore-test", "endpoint_url": endpoint, "region_name": "us-east-1"}},
-        "credentials_provider": {"type": "S3Credentials", "options": {"access_key": opts["key"], "secret_key": opts["secret"]}},
-    }}}))
-    monkeypatch.setenv("MSC_CONFIG", str(cfg))
-    return name
-
-
 def test_msc_urls(s3_server: Any, s3_url: Callable[[str], str], make_shards: Callable[..., Path], upload: Any,
-                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                  tmp_path: Path, msc_profile: Callable[[str, dict[str, Any]], str]) -> None:
     s3 = upload(make_shards(shards=3, samples=20), s3_url("ds"))
     folder = tmp_path / "media"
     (folder / "images").mkdir(parents=True)
@@ -48,7 +35,7 @@ def test_msc_urls(s3_server: Any, s3_url: Callable[[str], str], make_shards: Cal
     upload(folder, s3_url("media"))
     prefix = s3.split("shardstore-test/", 1)[1].rsplit("/", 1)[0]
     with DelayProxy(s3_server.endpoint) as proxy:
-        profile = _profile(tmp_path, monkeypatch, proxy.endpoint, s3_server.storage_options())
+        profile = msc_profile(proxy.endpoint, s3_server.storage_options())
         url = f"msc://{profile}/{prefix}/ds"
         report = shardstore.prepare(url, split_ratio="2,1,0", sample_type="CrudeWebdataset")
         assert (report.shards, report.samples) == (3, 60)
