@@ -44,6 +44,12 @@ every block of the page. Keys:
                  ``make demo`` makes; an ``output`` block after ``make demo`` is compared with what
                  ``tools/demo.py`` printed for this session.
     output       this block shows the output of the block before it (bash or python), compared.
+    bench        benchmark and data-making commands of ``tools/`` (minutes to hours on large data,
+                 so not run here): each ``python tools/....py ARGS`` line (``$ `` and comments allowed)
+                 has its ARGS parsed by that script's own argument parser, the script stopped right
+                 after; ``make bench``/``bench-quick``/``bench-peers`` must be Makefile targets;
+                 nothing else is allowed in such a block. ``tests/test_bench_quick.py`` runs the
+                 scripts themselves on tiny data.
     file=PATH    write this block's text to PATH in the working folder (a YAML the page uses next).
 
 There is no marker that skips a block: an example that cannot run here does not belong in a fence
@@ -58,6 +64,7 @@ import difflib
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -96,11 +103,11 @@ class Block:
 
     @property
     def runs(self) -> bool:
-        return self.lang in RUN and "setup" not in self.markers and "output" not in self.markers
+        return self.lang in RUN and not {"setup", "output", "bench"} & self.markers.keys()
 
 
 def _markers(body: str, where: str) -> dict[str, str]:
-    known = {"needs", "setup", "output", "file"}
+    known = {"needs", "setup", "output", "file", "bench"}
     out = {}
     for word in body.split():
         key, _, value = word.partition("=")
@@ -300,6 +307,47 @@ def check_setup(block: Block) -> None:
                                  f"`pip install ...`; {cmd!r} must run: give it a block of its own")
 
 
+BENCH_TOOL = re.compile(r"(?:\S*/)?python3?")
+BENCH_MAKE = re.compile(r"make (bench|bench-quick|bench-peers)")
+#: Runs a tool as ``python SCRIPT ARGS`` would, up to its ``parse_args``: a bad flag exits 2 with the
+#: parser's message, good ones exit 0 before any work.
+PARSE_ONLY = r"""
+import argparse, runpy, sys
+_parse = argparse.ArgumentParser.parse_args
+def _parse_only(self, *args, **kwargs):
+    _parse(self, *args, **kwargs)
+    raise SystemExit(0)
+argparse.ArgumentParser.parse_args = _parse_only
+sys.argv = sys.argv[1:]
+sys.path.insert(0, str(__import__("pathlib").Path(sys.argv[0]).parent))
+runpy.run_path(sys.argv[0], run_name="__main__")
+raise SystemExit(f"{sys.argv[0]} never parsed its arguments")
+"""
+
+
+def check_bench(block: Block) -> None:
+    """A bench block's commands: each tool's flags parsed by the tool, each make target defined."""
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    for line in block.text.splitlines():
+        lexer = shlex.shlex(line.removeprefix("$ "), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+        if not words:
+            continue
+        single = not any(set(w) <= set("();<>|&") for w in words)  # nothing chained or redirected
+        if single and BENCH_MAKE.fullmatch(" ".join(words)):
+            if words[1] not in targets:
+                raise ExampleFailure(f"{block.where}: `make {words[1]}`: no such target in the Makefile")
+        elif single and BENCH_TOOL.fullmatch(words[0]) and len(words) > 1 and words[1].startswith("tools/") and words[1].endswith(".py"):
+            proc = subprocess.run([sys.executable, "-c", PARSE_ONLY, str(ROOT / words[1]), *words[2:]], cwd=ROOT,
+                                  capture_output=True, text=True, timeout=120)
+            if proc.returncode:
+                raise ExampleFailure(f"{block.where}: `{line.strip()}`: {(proc.stderr or proc.stdout).strip()[-2000:]}")
+        else:
+            raise ExampleFailure(f"{block.where}: a bench block holds only `python tools/....py ARGS` and `make bench...`"
+                                 f" commands; {line.strip()!r} must run: give it a block of its own")
+
+
 @dataclass
 class Services:
     """What pages may use: the demo data made once, the S3 server started on first need."""
@@ -361,7 +409,9 @@ def run_page(blocks: list[Block], cwd: Path, services: Services) -> None:
     try:
         for block in blocks:
             code = block.text.replace(S3_PLACEHOLDER, endpoint) if "s3" in _needs(block) else block.text
-            if "setup" in block.markers:
+            if "bench" in block.markers:
+                check_bench(block)
+            elif "setup" in block.markers:
                 check_setup(block)
                 last_output = services.demo_output if "make demo" in block.text else ""
             elif "output" in block.markers:
@@ -439,6 +489,8 @@ def test_runner_fails_on_a_broken_example(services: Services, tmp_path: Path) ->
         "failing command": "```bash\nshardstore info ./no-such-dataset\n```\n",
         "failing python": "```python\nimport shardstore\n\nshardstore.open('./demo-data')[5000]\n```\n",
         "skip by setup": "<!-- example: setup -->\n```bash\nmake demo\nshardstore cat ./x y\n```\n",
+        "bad bench flag": "<!-- example: bench -->\n```\n$ python tools/bench/read.py --no-such-flag 3\n```\n",
+        "skip by bench": "<!-- example: bench -->\n```\npython tools/bench/read.py --help && shardstore cat ./x y\n```\n",
     }
     messages = {}
     for what, text in broken.items():
@@ -450,6 +502,8 @@ def test_runner_fails_on_a_broken_example(services: Services, tmp_path: Path) ->
     assert messages["failing command"].startswith("broken.md:1: ") and "no-such-dataset: no such folder" in messages["failing command"]
     assert "broken.md\", line 4" in messages["failing python"] and "SampleNotFoundError" in messages["failing python"]
     assert "setup block" in messages["skip by setup"]
+    assert "unrecognized arguments: --no-such-flag 3" in messages["bad bench flag"]
+    assert "bench block holds only" in messages["skip by bench"]
     print("the runner's report of a broken example:\n" + messages["wrong output"])
 
 
