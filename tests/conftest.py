@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,23 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from leftovers import pytest_sessionfinish  # noqa: E402, F401  (a run that leaves a process behind fails)
 from make_dataset import make_dataset  # noqa: E402
+
+
+_POLICY = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+
+
+@pytest.fixture(autouse=True)
+def _scheduling_policy_unchanged() -> Iterator[None]:
+    """No test may leave the test process with another scheduling policy: SVT-AV1 as root switches
+    the thread opening an encoder to SCHED_FIFO 99 (shardstore.episodes.video.scheduling_kept), and
+    every process the suite starts after would inherit it; CPU-bound real-time processes of equal
+    priority never yield, which once hung a whole run. The policy is put back and the test fails."""
+    yield
+    after = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    if after != _POLICY:  # also what a module fixture of this test did
+        os.sched_setscheduler(0, _POLICY[0], os.sched_param(_POLICY[1]))
+        pytest.fail(f"the test left the process under scheduling policy {after} (was {_POLICY}): "
+                    "wrap video encoders in shardstore.episodes.video.scheduling_kept()", pytrace=False)
 
 
 @pytest.fixture

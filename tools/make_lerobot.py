@@ -20,6 +20,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from shardstore.episodes.video import scheduling_kept
+
 ENCODER = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
 DEFAULT_CAMERAS = {"observation.images.front": "h264", "observation.images.wrist": "av1"}
 TASKS = ["pick the cube", "push the button"]
@@ -149,7 +151,7 @@ def encode_video(
 
     av.logging.set_level(av.logging.ERROR)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with av.open(path, "w") as c:
+    with scheduling_kept(), av.open(path, "w") as c:  # libsvtav1 as root would leave us SCHED_FIFO
         s = c.add_stream(ENCODER[codec], rate=Fraction(fps))
         s.width = s.height = size
         s.pix_fmt = "yuv420p"

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, Schema
-from ..episodes.video import VideoRef, import_av
+from ..episodes.video import VideoRef, import_av, scheduling_kept
 from ..errors import LeRobotFormatError
 from .lerobot_meta import VERSIONS, flatten_stats, import_arrow
 from .mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
@@ -535,7 +535,7 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
         raise LeRobotFormatError("no frames to encode", member=where)
     rate = Fraction(fps).limit_denominator(1001)
     buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as c:
+    with scheduling_kept(), av.open(buf, "w", format="mp4") as c:
         s = c.add_stream(ENCODERS.get(codec, codec), rate=rate)
         s.height, s.width = pics[0].shape[:2]
         s.pix_fmt = "yuv420p"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO, Any
 
-from ..episodes.video import import_av
+from ..episodes.video import import_av, scheduling_kept
 from ..errors import DecodeError
 
 __all__ = ["Clip", "VideoInfo", "probe", "write_clips", "ENCODERS"]
@@ -206,7 +206,7 @@ def _reencode(clips: Sequence[Clip], info: VideoInfo, out: str, fps: float) -> N
     av = import_av()
     encoder = ENCODERS.get(info.codec, info.codec)
     rate = Fraction(fps).limit_denominator(1001)
-    with av.open(out, "w", format="mp4") as dst:
+    with scheduling_kept(), av.open(out, "w", format="mp4") as dst:
         ostream = dst.add_stream(encoder, rate=rate)
         ostream.width, ostream.height, ostream.pix_fmt = info.width, info.height, info.pix_fmt
         ostream.options = {"g": str(REENCODE_GOP)}

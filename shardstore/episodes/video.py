@@ -18,6 +18,7 @@ Frames come out as HWC ``uint8`` RGB numpy arrays. PyAV (``av``) is the ``conver
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -40,6 +41,7 @@ __all__ = [
     "VideoStore",
     "VIDEO_STORE",
     "import_av",
+    "scheduling_kept",
     "refs_to_bytes",
     "refs_from_bytes",
 ]
@@ -64,6 +66,25 @@ def import_av() -> Any:
         raise MissingExtraError(f"video needs PyAV: pip install 'shardstore[convert]' ({e})") from e
     av.logging.set_level(av.logging.ERROR)
     return av
+
+
+@contextlib.contextmanager
+def scheduling_kept() -> Iterator[None]:
+    """Around a video encoder: SVT-AV1 (``libsvtav1``), in a process running as root, switches the
+    thread that opens it to SCHED_FIFO priority 99 and leaves it so. Every process started from that
+    thread afterwards inherits a real-time policy, under which CPU-bound processes of equal priority
+    never yield to each other: scan workers, readers and servers starve one another (a hung test run
+    was traced to this). The thread's policy is put back as it was when the block ends."""
+    try:
+        before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    except (AttributeError, OSError):  # no such calls on this platform
+        yield
+        return
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) != before:
+            os.sched_setscheduler(0, before[0], os.sched_param(before[1]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,17 @@ def imported(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
 
 
 # ----- check -------------------------------------------------------------------------------------
+def test_an_av1_encode_leaves_the_scheduling_policy_alone() -> None:
+    """SVT-AV1, run as root, switches the encoding thread to SCHED_FIFO 99 for good; the export's
+    encoder puts it back (CI runs as root: there this fails without scheduling_kept)."""
+    from shardstore.convert.lerobot_write import _encode_frames
+
+    before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
+    mp4 = _encode_frames(np.zeros((3, 16, 16, 3), np.uint8), "av1", 30.0, "episode 0 camera x")
+    assert mp4[4:8] == b"ftyp"
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+
+
 @pytest.mark.parametrize("version", ["v2.1", "v3.0"])
 def test_check_passes_with_av1_warnings(sources: dict[str, Path], version: str) -> None:
     report = check(str(sources[version]))
