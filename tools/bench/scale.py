@@ -140,8 +140,12 @@ def shard_bytes(shard: int, random_keys: bool = False) -> np.ndarray:
 SHARD_SIZE = (SAMPLES_PER_SHARD * len(PARTS) * 2 + 2) * BLOCK
 
 
+def shard_file(i: int) -> str:
+    return f"data-{i:06d}.tar"
+
+
 def _shard_name(i: int) -> str:
-    return f"parts/data-{i:06d}.tar"
+    return f"parts/{shard_file(i)}"
 
 
 @contextlib.contextmanager
@@ -197,6 +201,44 @@ def ensure_data(data: str, sizes: list[int], log: Any, random_keys: bool = False
             if len(pb.shard_paths(folder)) != count:
                 raise SystemExit(f"{folder} holds other shards than the first {count}; remove it")
     return folders
+
+
+@contextlib.contextmanager
+def synthetic_data(data: str, sizes: list[int], log: Any, random_keys: bool = False) -> Iterator[dict[int, str]]:
+    """As ``ensure_data``, with the shards served by ``synthtar.py`` (a FUSE folder that makes them as
+    they are read) instead of written: a folder ``data/s<n|r><size>/parts/`` of links into it per
+    size; {size: folder}. For sizes the disk cannot hold; unmounted when the block ends."""
+    import subprocess
+
+    mnt = os.path.join(data, "synthetic-random-mnt" if random_keys else "synthetic-mnt")
+    os.makedirs(mnt, exist_ok=True)
+    subprocess.run(["fusermount3", "-u", "-q", mnt], capture_output=True)  # what an earlier run left
+    need = max(sizes) // PARTS_PER_SHARD
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("synthtar.py")), mnt, "--shards", str(need),
+                               *(["--random-keys"] if random_keys else [])])
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.ismount(mnt):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"synthtar.py did not mount {mnt}")
+            time.sleep(0.1)
+        _check_first_shard(os.path.join(mnt, shard_file(0)), random_keys)
+        folders = {}
+        for size in sizes:
+            folder = folders[size] = os.path.join(data, f"s{'r' if random_keys else 'n'}{size}")
+            os.makedirs(os.path.join(folder, "parts"), exist_ok=True)
+            for i in range(size // PARTS_PER_SHARD):
+                link = os.path.join(folder, _shard_name(i))
+                if not os.path.islink(link):
+                    os.symlink(os.path.join(mnt, shard_file(i)), link)
+        log(f"synthetic shards: {need} x {SHARD_SIZE / 1e6:.1f} MB served at {mnt}")
+        yield folders
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def _check_first_shard(path: str, random_keys: bool) -> None:
@@ -269,8 +311,9 @@ def dask_runs(args: argparse.Namespace, folders: dict[int, str], log: Any) -> li
 def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> dict[str, Any]:
     venv_bin = Path(sys.executable).parent
     largest = folders[max(folders)]
-    nbytes, warm_s = pb.warm(pb.shard_paths(largest))  # the smaller folders are links to the same files
-    log(f"page cache warmed: {nbytes / 1e9:.2f} GB in {warm_s:.1f} s")
+    if not args.synthetic:  # the synthetic shards are made as read: nothing to warm
+        nbytes, warm_s = pb.warm(pb.shard_paths(largest))  # the smaller folders are links to the same files
+        log(f"page cache warmed: {nbytes / 1e9:.2f} GB in {warm_s:.1f} s")
     workers = ["--num-workers", str(args.num_workers)]
     ss: dict[int, Any] = {n: pb.Figure(f"shardstore_{n}") for n in folders}
     fl: dict[int, Any] = {n: pb.Figure(f"floor_{n}") for n in folders}
@@ -288,6 +331,7 @@ def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> di
         log(f"{row['parts']:,} parts: {row['lookups_per_s']:,} random lookups by key per second")
     return {
         "data": args.data,
+        "synthetic": args.synthetic,
         "keys": "random" if args.random_keys else "in order",
         "shard": {"parts": PARTS_PER_SHARD, "samples": SAMPLES_PER_SHARD, "bytes": SHARD_SIZE, "parts_per_sample": list(PARTS)},
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_avg_1m": [round(x, 2) for x in load]},
@@ -428,6 +472,9 @@ def main() -> None:
     ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
     ap.add_argument("--random-keys", action="store_true", help="sample keys in no order (hex), own shards")
     ap.add_argument("--generate-only", action="store_true", help="make the data and stop")
+    ap.add_argument("--synthetic", action="store_true",
+                    help="serve the shards from a FUSE folder that makes them as read (tools/bench/synthtar.py) "
+                         "instead of writing them: for 100M parts (102 GB of tar); needs fuse3 and the mount extra")
     ap.add_argument("--dask", action="store_true", help="also prepare each size on a 2-worker Dask LocalCluster")
     ap.add_argument("--skip-runs", action="store_true", help="with --dask: only the Dask comparison")
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON to FILE ('-': stdout)")
@@ -438,9 +485,16 @@ def main() -> None:
         raise SystemExit(f"sizes must be multiples of {PARTS_PER_SHARD:,} parts up to --max-parts: {sizes}")
     args.data = os.path.abspath(args.data)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    folders = ensure_data(args.data, sizes, log, args.random_keys)
-    if args.generate_only:
-        return
+    with contextlib.ExitStack() as stack:
+        if args.synthetic:
+            folders = stack.enter_context(synthetic_data(args.data, sizes, log, args.random_keys))
+        else:
+            folders = ensure_data(args.data, sizes, log, args.random_keys)
+        if not args.generate_only:
+            run(args, folders, log)
+
+
+def run(args: argparse.Namespace, folders: dict[int, str], log: Any) -> None:
     if args.skip_runs:
         res = {"dask": dask_runs(args, folders, log)}
         print(json.dumps(res["dask"], indent=1))
