@@ -320,9 +320,10 @@ def run_sizes(args: argparse.Namespace, folders: dict[int, str], log: Any) -> di
     load = [os.getloadavg()[0]]
     for r in range(args.repeat):  # interleaved over the sizes: a burst of load elsewhere hits all alike
         for n, folder in folders.items():
-            fl[n].runs.append(pb.measure([sys.executable, pb.__file__, "--floor-walk", folder], args.poll))
+            if not args.skip_floor:
+                fl[n].runs.append(pb.measure([sys.executable, pb.__file__, "--floor-walk", folder], args.poll))
             ss[n].runs.append(pb.measure([str(venv_bin / "shardstore"), "prepare", folder, *FLAGS, *workers], args.poll))
-            log(f"run {r + 1}/{args.repeat} {n:>10,} parts: floor {fl[n].runs[-1].seconds:.2f} s, "
+            log(f"run {r + 1}/{args.repeat} {n:>10,} parts: floor {fl[n].runs[-1].seconds if fl[n].runs else 0:.2f} s, "
                 f"prepare {ss[n].runs[-1].seconds:.2f} s ({ss[n].runs[-1].tree_peak_mb:.0f} MB)")
             load.append(os.getloadavg()[0])
     rows = [_size_row(n, folders[n], ss[n], fl[n]) for n in folders]
@@ -357,8 +358,8 @@ def _size_row(n: int, folder: str, ss: Any, fl: Any) -> dict[str, Any]:
         "index_sqlite_bytes": os.path.getsize(os.path.join(folder, ".nv-meta", "index.sqlite")),
         "shardstore": ss.as_dict() | {"cpu_seconds_best": round(min(r.cpu_seconds for r in ss.runs), 3)},
         "shardstore_in_process_seconds_median": round(statistics.median(rep["seconds"] for rep in reports), 3),
-        "floor": fl.as_dict(),
-        "floor_loop_seconds_median": round(statistics.median(f["loop_seconds"] for f in floor_reports), 3),
+        "floor": fl.as_dict() if fl.runs else None,
+        "floor_loop_seconds_median": round(statistics.median(f["loop_seconds"] for f in floor_reports), 3) if fl.runs else None,
     }
 
 
@@ -371,8 +372,7 @@ def _figures(row: dict[str, Any]) -> dict[str, float]:
         "cpu": row["shardstore"]["cpu_seconds_median"],
         "cpu_best": row["shardstore"]["cpu_seconds_best"],
         "in_process": row["shardstore_in_process_seconds_median"],
-        "floor_wall": row["floor"]["seconds_median"],
-    }
+    } | ({"floor_wall": row["floor"]["seconds_median"]} if row["floor"] else {})
 
 
 def growth(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -443,8 +443,8 @@ def print_report(res: dict[str, Any]) -> None:
             f"{n:11,d} {row['shards']:6d} | {s['seconds_median']:7.2f} {s['seconds_best']:6.2f} {s['cpu_seconds_median']:7.2f} "
             f"{row['shardstore_in_process_seconds_median']:7.2f} {g['wall_us_per_part']:7.2f} {g['cpu_us_per_part']:6.2f} "
             f"{g['wall_vs_nlogn']:6.2f} {g['cpu_vs_nlogn']:5.2f} {exp} {s['tree_peak_mb']:7.0f} {s['max_process_mb']:7.0f} "
-            f"{row['index_sqlite_bytes'] / 1e6:9.0f} | {f['seconds_median']:7.2f} {g['floor_wall_us_per_part']:7.2f} "
-            f"{g['floor_wall_vs_nlogn']:6.2f}"
+            f"{row['index_sqlite_bytes'] / 1e6:9.0f} | "
+            + (f"{f['seconds_median']:7.2f} {g['floor_wall_us_per_part']:7.2f} {g['floor_wall_vs_nlogn']:6.2f}" if f else "  (not run)")
         )
     print(
         "(/nlogn: t/(n ln n) relative to the smallest size, wall and CPU; exp: local exponent of the time against the\n"
@@ -472,6 +472,7 @@ def main() -> None:
     ap.add_argument("--poll", type=float, default=0.02, help="memory polling interval in seconds")
     ap.add_argument("--random-keys", action="store_true", help="sample keys in no order (hex), own shards")
     ap.add_argument("--generate-only", action="store_true", help="make the data and stop")
+    ap.add_argument("--skip-floor", action="store_true", help="leave out the bare header walk (slow through --synthetic)")
     ap.add_argument("--synthetic", action="store_true",
                     help="serve the shards from a FUSE folder that makes them as read (tools/bench/synthtar.py) "
                          "instead of writing them: for 100M parts (102 GB of tar); needs fuse3 and the mount extra")
