@@ -35,9 +35,12 @@ __all__ = ["EpisodePart", "PartJob", "encode_part", "encoded_parts"]
 class EpisodePart(Protocol):
     """A run of a source's episodes that a worker reads by itself (see the module docstring)."""
 
-    numbered: bool
+    @property
+    def numbered(self) -> bool:
+        """Whether its episodes carry their final numbers (see the module docstring)."""
 
-    def __call__(self) -> Iterator[Episode]: ...
+    def __call__(self) -> Iterator[Episode]:
+        """Its episodes, read."""
 
 
 @dataclass(frozen=True)

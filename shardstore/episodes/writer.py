@@ -148,7 +148,9 @@ class EpisodeWriter:
     ``"8,1,1"`` or ``[("train", 8), ...]`` for episodes whose ``split`` is None (default: all
     train). ``schema``: the field tree (default: inferred from the first episode, see
     ``infer_schema``). ``source_files``: relative path -> bytes, kept under ``.nv-meta/source/``.
-    ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps.
+    ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps. The
+    members' mtime is the writer's start, or ``$SOURCE_DATE_EPOCH`` when set (the same bytes
+    from the same episodes, e.g. to compare an import on a cluster with a local one).
 
     Use as a context manager (or call ``close()``): on a clean exit the dataset is prepared and
     moved into place and ``report`` says what was written; on an exception nothing is left.
@@ -189,7 +191,7 @@ class EpisodeWriter:
         self.num_workers = num_workers
         self.report: WriteReport | None = None
         self._t0 = time.perf_counter()
-        self._mtime = int(time.time())
+        self._mtime = _members_mtime()
         self._shards: dict[str, _Shards] = {}
         self._numbers: set[int] = set()
         self._split_counts: Counter[str] = Counter()
@@ -376,6 +378,17 @@ def _progress_bar(show: bool, total: int | None) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, unit="step", desc="Writing episodes", file=sys.stderr, unit_scale=True)
+
+
+def _members_mtime() -> int:
+    """The tar members' mtime: now, or ``$SOURCE_DATE_EPOCH`` (the reproducible-builds convention)
+    for imports that give the same bytes when run again."""
+    value = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if not value:
+        return int(time.time())
+    if not value.isdigit():
+        raise ConfigError(f"must be a whole number of seconds, not {value!r}", member="SOURCE_DATE_EPOCH")
+    return int(value)
 
 
 def _is_dataset(path: str) -> bool:
