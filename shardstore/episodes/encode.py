@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import EpisodeFormatError
 from . import layout
+from .index import EpisodeRow
 from .model import Episode, FieldSpec, Schema, StepValues
 from .npy import encode_row, npy_header
 from .tarwriter import TarMembers
@@ -30,18 +31,11 @@ MAX_STEPS = 10**6 - 1  # the step counter has 6 digits (keys sort by step)
 
 @dataclass(frozen=True, slots=True)
 class EncodedEpisode:
-    """An episode's samples as tar bytes (``members``) and what its index row needs: number,
-    split (None: the writer's split ratio decides), steps, samples, first key, terminal flag,
-    metadata and source."""
+    """An episode's samples as tar bytes (``members``), its split (None: the writer's split ratio
+    decides) and its index row, whose ``shard`` and ``first_index`` the writer fills in."""
 
-    number: int
+    row: EpisodeRow
     split: str | None
-    steps: int
-    samples: int
-    first_key: str
-    terminal: bool
-    metadata: dict[str, Any]
-    source: dict[str, Any]
     members: bytes
 
 
@@ -67,8 +61,9 @@ def encode_episode(episode: Episode, schema: Schema, granularity: str, mtime: in
     else:
         _add(members, layout.episode_key(number), _episode_sample(schema, episode.steps, samples, episode.terminal))
         samples, first_key = 1, layout.episode_key(number)
-    return EncodedEpisode(number, episode.split, n, samples, first_key, bool(episode.terminal),
-                          dict(episode.metadata), dict(episode.source), members.take())
+    row = EpisodeRow(number, "", 0, samples, n, first_key, bool(episode.terminal), dict(episode.metadata),
+                     dict(episode.source))
+    return EncodedEpisode(row, episode.split, members.take())
 
 
 def _add(members: TarMembers, key: str, sample: dict[str, bytes]) -> None:

@@ -74,5 +74,5 @@ def encoded_parts(
             if isinstance(item, Episode):
                 item.index = number
                 item = encode(item)
-            number = item.number + 1
+            number = item.row.number + 1
             yield item

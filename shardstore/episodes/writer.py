@@ -22,7 +22,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -33,7 +33,7 @@ from ..errors import ConfigError, EpisodeFormatError
 from ..storage import is_remote_url
 from . import layout
 from .encode import EncodedEpisode, encode_episode
-from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter, EpisodeRow
+from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter
 from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
 from .parts import encoded_parts
 from .staging import StagedFolder, safe_relpath
@@ -221,9 +221,9 @@ class EpisodeWriter:
 
     def _append(self, episode: EncodedEpisode) -> int:
         """An encoded episode into the open shard of its split, and its row into the index."""
-        number = episode.number
-        where = f"episode {number}"
-        if number in self._numbers:
+        row = episode.row
+        where = f"episode {row.number}"
+        if row.number in self._numbers:
             raise EpisodeFormatError("episode number written twice", member=where)
         split = episode.split if episode.split is not None else self._splitter.next()
         if not _SPLIT_RE.match(split):
@@ -233,19 +233,16 @@ class EpisodeWriter:
             shards = self._shards[split] = _Shards(self.staging, split, self.shard_size, self._mtime)
         shards.open_for_episode()
         first = shards.samples
-        shards.write(episode.members, episode.samples)
-        self._numbers.add(number)
+        shards.write(episode.members, row.samples)
+        self._numbers.add(row.number)
         self._split_counts[split] += 1
-        self._next_number = max(self._next_number, number + 1)
-        self._index.add(
-            EpisodeRow(number, shards.name, first, episode.samples, episode.steps, episode.first_key,
-                       episode.terminal, episode.metadata, episode.source)
-        )
-        self._steps += episode.steps
-        self._samples += episode.samples
+        self._next_number = max(self._next_number, row.number + 1)
+        self._index.add(replace(row, shard=shards.name, first_index=first))
+        self._steps += row.steps
+        self._samples += row.samples
         if self._progress is not None:
-            self._progress.update(episode.steps)
-        return episode.steps
+            self._progress.update(row.steps)
+        return row.steps
 
     def write_steps(
         self,
