@@ -383,8 +383,8 @@ def read_task(task: Task, *, allow_pickle: bool = False) -> EpisodeStream:
         },
     )
     files = {_meta_path(h.name): h.metadata for h in heads}
-    parts = [EpisodeWdsShard(os.path.abspath(task.folder), name, schema, allow_pickle) for name in task.shards]
-    return EpisodeStream(schema, _episodes(task, schema, allow_pickle), None, files, parts=parts)
+    shards = [EpisodeWdsShard(os.path.abspath(task.folder), name, schema, allow_pickle) for name in task.shards]
+    return EpisodeStream(schema, _episodes(task, schema, allow_pickle), None, files, parts=shards)
 
 
 def _meta_path(shard: str) -> str:
