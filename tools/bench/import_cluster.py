@@ -2,8 +2,9 @@
 
 Data: an RLDS folder (tools/bench/rlds.py's ``make_source``: ``--episodes`` x ``--steps``, a ``--size``
 square JPEG, an 8-float state, a 7-float action, a task string per step; 50 episodes per TFRecord file)
-and, with ``--lerobot``, a LeRobot v3.0 dataset (tools/make_lerobot.py) imported with ``--frames npy``
-(the video frames decoded into the samples: the decoding runs on the workers).
+and, with ``--lerobot``, a LeRobot v3.0 dataset (tools/make_lerobot.py) imported with ``--frames``
+(``--frames``: the video frames decoded, and for jpg/png encoded again, into the samples: that
+runs on the workers).
 
 Each import runs ``--repeat`` times, local and on a ``distributed.LocalCluster`` of ``--workers`` worker
 processes of one thread (started once, not timed), interleaved, best kept; wall time and the parent's
@@ -60,7 +61,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--size", type=int, default=64, help="RLDS image side (JPEG)")
-    ap.add_argument("--lerobot", type=int, default=0, help="also a LeRobot import of this many episodes, --frames npy")
+    ap.add_argument("--lerobot", type=int, default=0, help="also a LeRobot import of this many episodes, with --frames")
+    ap.add_argument("--frames", choices=["npy", "jpg", "png"], default="npy", help="the LeRobot import's --frames")
+    ap.add_argument("--lerobot-size", type=int, default=64, help="LeRobot frame side")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--work", default=None, help="folder for the data (default: a temporary one, removed)")
@@ -92,14 +95,15 @@ def main() -> None:
             if args.lerobot:
                 from make_lerobot import make_lerobot
 
-                lsrc = os.path.join(work, "lerobot")
+                lsrc = os.path.join(work, f"lerobot-{args.lerobot}-{args.lerobot_size}")
                 if not os.path.exists(lsrc):
-                    make_lerobot(lsrc, version="v3.0", episodes=args.lerobot, frames=args.steps, size=args.size,
+                    make_lerobot(lsrc, version="v3.0", episodes=args.lerobot, frames=args.steps, size=args.lerobot_size,
                                  cameras={"observation.images.front": "h264"}, image=False)
-                results["data"]["lerobot"] = f"v3.0, {args.lerobot} episodes x {args.steps} frames, {args.size}px h264"
-                results["lerobot_frames_npy"] = compare(
-                    "lerobot", lambda out, ex: import_lerobot(lsrc, out, frames="npy", executor=ex), work, executor,
-                    args.repeat)
+                results["data"]["lerobot"] = (f"v3.0, {args.lerobot} episodes x {args.steps} frames, "
+                                              f"{args.lerobot_size}px h264, --frames {args.frames}")
+                results[f"lerobot_frames_{args.frames}"] = compare(
+                    "lerobot", lambda out, ex: import_lerobot(lsrc, out, frames=args.frames, executor=ex), work,
+                    executor, args.repeat)
         results["machine"]["load_avg_1m_after"] = os.getloadavg()[0]
         print(json.dumps(results, indent=2))
     finally:
