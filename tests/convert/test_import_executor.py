@@ -166,6 +166,28 @@ def test_minari_on_a_dask_cluster_equals_the_local_import(executor: Any, tmp_pat
         assert_same(tmp_path / f"local-{name}", tmp_path / f"dask-{name}")
 
 
+def test_a_bad_minari_episode_is_named_from_the_worker(executor: Any, tmp_path: Path) -> None:
+    """Episode 3 lost its terminations: the worker's error names the file, the episode and the field."""
+    import h5py
+    import minari_sources
+
+    from shardstore.convert.minari import import_minari
+    from shardstore.errors import EpisodeFormatError
+
+    src = minari_sources.legacy_hdf5(tmp_path / "legacy", "0.4", episodes=5)
+    with h5py.File(src / "data" / "main_data.hdf5", "a") as f:
+        del f["episode_3/terminations"]
+    messages = []
+    for ex in (None, executor):
+        with pytest.raises(EpisodeFormatError) as info:
+            import_minari(src, tmp_path / "out", executor=ex)
+        messages.append(str(info.value))
+        assert not (tmp_path / "out").exists()
+        assert [p.name for p in tmp_path.iterdir() if "shardstore-tmp" in p.name] == []
+    assert messages[0] == messages[1]
+    assert "main_data.hdf5" in messages[1] and "episode 3, field 'terminations'" in messages[1]
+
+
 def _arrow_copy(stream: Any, data: Path) -> None:
     """The same episodes as a Minari 0.5 Arrow dataset (written by shardstore's own exporter)."""
     from shardstore.convert.minari import write_minari
