@@ -806,14 +806,16 @@ def export_group() -> None:
 
 def episode_writer_options(fn: F) -> F:
     """The options of every ``shardstore import FORMAT``: ``fn`` gets them as one ``writer`` argument,
-    ``EpisodeWriter``'s keyword arguments (``as_json`` and ``quiet`` are passed on as well)."""
+    ``EpisodeWriter``'s keyword arguments (``as_json`` and ``quiet`` are passed on as well) and the
+    ``--executor``/``--dask-scheduler`` choice, which ``run_import`` turns into the importer's executor."""
 
     @functools.wraps(fn)
     def command(*args: Any, granularity: str, shard_size: int, split_ratio: str | None, force: bool, progress: bool,
-                as_json: bool, quiet: bool, **kwargs: Any) -> Any:
+                executor_kind: str | None, dask_scheduler: str | None, as_json: bool, quiet: bool, **kwargs: Any) -> Any:
         writer = {
             "granularity": granularity, "shard_size": shard_size, "split_ratio": split_ratio, "force": force,
             "progress": progress and not quiet and not as_json and sys.stderr.isatty(),
+            "executor": (executor_kind, dask_scheduler),
         }
         return fn(*args, writer=writer, as_json=as_json, quiet=quiet, **kwargs)
 
@@ -825,6 +827,10 @@ def episode_writer_options(fn: F) -> F:
         click.option("--split-ratio", default=None, help="Train/val/test ratio by episodes, e.g. 8,1,1 (default: all train)."),
         click.option("--force", is_flag=True, help="Replace a dataset already at OUT."),
         click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal)."),
+        click.option("--executor", "executor_kind", type=click.Choice(["local", "dask"]), default=None,
+                     help="Who reads and encodes the episodes: this process (default) or a Dask cluster (docs/robotics.md)."),
+        click.option("--dask-scheduler", metavar="ADDRESS",
+                     help="Dask scheduler, e.g. tcp://10.0.0.1:8786 (implies --executor dask)."),
         json_option,
         quiet_option,
     ]
@@ -834,10 +840,15 @@ def episode_writer_options(fn: F) -> F:
 
 
 def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> Any:
-    """An importer's report; a SIGTERM unwinds it as Ctrl-C does (its staging is removed)."""
+    """An importer's report, run on the executor ``writer["executor"]`` names; a SIGTERM unwinds it
+    as Ctrl-C does (its staging is removed)."""
+    from .executors import executor_for
     from .prepare import _sigterm_unwinds
 
-    return _sigterm_unwinds(importer)(src, out, **options, **writer)
+    writer = dict(writer)
+    kind, address = writer.pop("executor", (None, None))
+    with executor_for(kind, address) as executor:
+        return _sigterm_unwinds(importer)(src, out, **options, **writer, executor=executor)
 
 
 def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> None:

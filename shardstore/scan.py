@@ -16,13 +16,10 @@ task's answer pickles as a few buffers, never as a list of Python objects per sa
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import functools
 import gc
 import io
-import itertools
-import json
 import multiprocessing
 import os
 import signal
@@ -31,24 +28,23 @@ import struct
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from .errors import EmptyShardError, ShardstoreError, TarFormatError, WorkerDiedError
+from .executors import in_order, worker_storage
 from .index.sqlite import ShardRows
 from .keys import SampleBatch, group_batches
 from .media import MediaFilter, MemberFile, probe
-from .storage import FileStat, Storage, open_storage, scratch_path
+from .storage import FileStat, Storage, scratch_path
 from .tarscan import scan_storage_batches
 
 __all__ = ["ShardScan", "ScanTask", "scan_shard", "scan_shards", "scan_task"]
-
-_T = TypeVar("_T")
 
 
 @dataclass
@@ -211,15 +207,9 @@ class ScanTask:
     rows: bool = True
 
 
-@functools.lru_cache(maxsize=8)
-def _worker_storage(url: str, options_json: str) -> Storage:
-    """The dataset's storage, opened once per worker process (and per dataset)."""
-    return open_storage(url, json.loads(options_json))
-
-
 def scan_task(task: ScanTask) -> ShardScan:
     """Scan one shard on an executor's worker (any process, any machine that reaches the URL)."""
-    storage = _worker_storage(task.url, json.dumps(task.storage_options, sort_keys=True))
+    storage = worker_storage(task.url, task.storage_options)
     spill = scratch_path(".sqlite") if task.rows else None
     scan = scan_shard(storage, task.tar_file_id, task.name, spill)
     if isinstance(scan.rows, str):  # no Connection.serialize (Python 3.10): hand the file's bytes
@@ -250,7 +240,7 @@ def scan_shards(
     order = list(range(len(shards))) if ids is None else list(ids)
     if executor is not None:
         jobs = [ScanTask(storage.url(), storage_options, i, shards[i], rows_dir is not None) for i in order]
-        yield from _in_order(lambda t: executor.submit(scan_task, t).result, jobs, max(2 * workers, 8))
+        yield from in_order(executor, scan_task, jobs, max(2 * workers, 8))
         return
     tasks = [
         (storage, i, shards[i], os.path.join(rows_dir, f"{i}.sqlite") if rows_dir is not None else None, media)
@@ -260,10 +250,10 @@ def scan_shards(
         yield from map(_scan_task, tasks)
     elif storage.local_path("") is None:
         with ThreadPoolExecutor(workers) as threads:
-            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
+            yield from in_order(threads, _scan_task, tasks, 2 * workers)
     elif "fork" not in multiprocessing.get_all_start_methods():  # no fork: threads (a part of the scan is in C)
         with ThreadPoolExecutor(workers) as threads:
-            yield from _in_order(lambda t: threads.submit(_scan_task, t).result, tasks, 2 * workers)
+            yield from in_order(threads, _scan_task, tasks, 2 * workers)
     else:
         yield from _process_scans(storage, tasks, workers)
 
@@ -498,18 +488,3 @@ def _worker_main(tasks: Sequence[_ScanArgs], task_r: int, task_w: int, conn: Con
                 conn.send((index, False, ShardstoreError(f"scan failed: {why}: {answer[2]!r}", path=storage.url(name))))
         except (EOFError, OSError):
             return
-
-
-def _in_order(submit: Callable[[_T], Callable[[], ShardScan]], tasks: Sequence[_T], window: int) -> Iterator[ShardScan]:
-    """Results of ``tasks`` in order, with at most ``window`` submitted and not yet handed out."""
-    pending: collections.deque[Callable[[], ShardScan]] = collections.deque()
-    queue = iter(tasks)
-    for task in itertools.islice(queue, window):
-        pending.append(submit(task))
-    while pending:
-        result = pending.popleft()()
-        for task in itertools.islice(queue, 1):
-            pending.append(submit(task))
-        yield result
-
-

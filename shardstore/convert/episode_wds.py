@@ -38,7 +38,7 @@ import tarfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, ClassVar
 
 import numpy as np
 
@@ -60,6 +60,7 @@ __all__ = [
     "FORMAT",
     "META_MEMBER",
     "Task",
+    "EpisodeWdsShard",
     "find_tasks",
     "read_episode_wds",
     "write_episode_wds",
@@ -382,7 +383,8 @@ def read_task(task: Task, *, allow_pickle: bool = False) -> EpisodeStream:
         },
     )
     files = {_meta_path(h.name): h.metadata for h in heads}
-    return EpisodeStream(schema, _episodes(task, schema, allow_pickle), None, files)
+    shards = [EpisodeWdsShard(os.path.abspath(task.folder), name, schema, allow_pickle) for name in task.shards]
+    return EpisodeStream(schema, _episodes(task, schema, allow_pickle), None, files, parts=shards)
 
 
 def _meta_path(shard: str) -> str:
@@ -399,26 +401,49 @@ def _classes(metadata: bytes, path: Path) -> list[str]:
 def _episodes(task: Task, schema: Schema, allow_pickle: bool) -> Iterator[Episode]:
     index = 0
     for name in task.shards:
-        path = task.folder / name
-        _, steps = _steps(path)
-        pending: list[_Step] = []
-        for step in steps:
-            for part, m in step.parts.items():
-                if _field_name(part)[0] not in schema.names:
-                    raise EpisodeFormatError(
-                        "a part no shard's first step has (the field tree is read from those)",
-                        path=str(path), member=m.name, offset=m.offset,
-                    )
-                if allow_pickle:
-                    _unpickle(m, path)
-            pending.append(step)
-            if _is_done(step, path):
-                yield _episode(index, schema, name, pending, terminal=True)
-                index += 1
-                pending = []
-        if pending:  # the shard ended inside a trajectory: kept, flagged, never merged with the next
-            yield _episode(index, schema, name, pending, terminal=False)
+        for episode in _shard_episodes(task.folder, name, schema, allow_pickle, index):
+            yield episode
             index += 1
+
+
+def _shard_episodes(folder: Path, name: str, schema: Schema, allow_pickle: bool, index: int) -> Iterator[Episode]:
+    """The episodes of one shard, numbered from ``index``."""
+    path = folder / name
+    _, steps = _steps(path)
+    pending: list[_Step] = []
+    for step in steps:
+        for part, m in step.parts.items():
+            if _field_name(part)[0] not in schema.names:
+                raise EpisodeFormatError(
+                    "a part no shard's first step has (the field tree is read from those)",
+                    path=str(path), member=m.name, offset=m.offset,
+                )
+            if allow_pickle:
+                _unpickle(m, path)
+        pending.append(step)
+        if _is_done(step, path):
+            yield _episode(index, schema, name, pending, terminal=True)
+            index += 1
+            pending = []
+    if pending:  # the shard ended inside a trajectory: kept, flagged, never merged with the next
+        yield _episode(index, schema, name, pending, terminal=False)
+
+
+@dataclass(frozen=True)
+class EpisodeWdsShard:
+    """One shard of a task as a part of the stream (``episodes.parts``): a worker reads and checks
+    it (unpickling its parts with ``allow_pickle``); its episodes come numbered from 0 and the
+    writer numbers them after the shards before (how many episodes a shard holds is known only once
+    read), as the local reader's running count does."""
+
+    folder: str
+    name: str
+    schema: Schema
+    allow_pickle: bool
+    numbered: ClassVar[bool] = False
+
+    def __call__(self) -> Iterator[Episode]:
+        return _shard_episodes(Path(self.folder), self.name, self.schema, self.allow_pickle, 0)
 
 
 def _episode(index: int, schema: Schema, shard: str, steps: list[_Step], terminal: bool) -> Episode:

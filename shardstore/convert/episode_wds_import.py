@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,7 @@ def import_episode_wds(
     *,
     blend_yaml: bool = False,
     allow_pickle: bool = False,
+    executor: Executor | None = None,
     **writer_options: Any,
 ) -> ImportReport:
     """Import a shard, a folder of shards or a root of task folders into prepared datasets.
@@ -67,6 +69,8 @@ def import_episode_wds(
     ``allow_pickle``: unpickle every part through the restricted unpickler on the way (checked,
     dtypes and shapes recorded; see ``read_episode_wds``). ``writer_options`` go to each
     ``EpisodeWriter`` (``force``, ``progress``, ``granularity``, ``shard_size``, ``split_ratio``...).
+    ``executor``: any ``concurrent.futures.Executor``, whose workers read and check one source
+    shard each (they must reach ``src``'s path); the same output byte for byte.
     """
     tasks = find_tasks(src)
     root = Path(out)
@@ -77,7 +81,7 @@ def import_episode_wds(
         stream = read_task(task, allow_pickle=allow_pickle)
         target = root.joinpath(*task.names) if len(tasks) > 1 else root
         writer = EpisodeWriter(target, schema=stream.schema, source_files=stream.source_files, **writer_options)
-        report = writer.write_stream(stream)
+        report = writer.write_stream(stream, executor)
         _set_subflavors(target, task.subflavors)
         reports.append(report)
         flavors.append(task.subflavors)

@@ -23,15 +23,17 @@ import io
 import os
 import tarfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import IO, Any, Literal
+from typing import IO, Any, ClassVar, Literal
 
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
 from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
 from ..errors import LeRobotFormatError
+from ..executors import worker_storage
 from ..storage import Storage, open_storage
 from .lerobot_check import CheckReport, check_lerobot
 from .lerobot_meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
@@ -46,6 +48,7 @@ __all__ = [
     "export_lerobot",
     "FramesMode",
     "ImportReport",
+    "LeRobotPart",
 ]
 
 FramesMode = Literal["jpg", "png", "npy"]
@@ -81,14 +84,52 @@ def read_lerobot(
     video_files = {
         span.file: _opener(storage, span.file) for e in meta.episodes for span in e.videos.values()
     }
+    splits = _Splits.of(meta)
+    parts = [
+        LeRobotPart(storage.url(), storage_options, tuple(run), schema, meta.fps, frames, splits)
+        for run in _consecutive(meta.episodes)
+    ]
     return EpisodeStream(
         schema=schema,
-        episodes=_episodes(meta, storage, schema, frames),
+        episodes=_episodes(meta.episodes, storage, schema, meta.fps, frames, splits),
         count=len(meta.episodes),
         total_steps=report.frames,
         source_files=meta.files,
         video_files={} if frames else video_files,
+        parts=parts,
     )
+
+
+def _consecutive(entries: list[EpisodeEntry]) -> Iterator[list[EpisodeEntry]]:
+    """The episodes in runs that share a data file (v2.1: one episode each; v3.0: a file's)."""
+    run: list[EpisodeEntry] = []
+    for entry in entries:
+        if run and run[-1].data_file != entry.data_file:
+            yield run
+            run = []
+        run.append(entry)
+    if run:
+        yield run
+
+
+@dataclass(frozen=True)
+class LeRobotPart:
+    """The episodes of one data file as a part of the stream (``episodes.parts``): a worker
+    reaches the dataset by URL and ``storage_options``, reads the parquet rows and, with
+    ``frames``, decodes the video frames of these episodes."""
+
+    url: str
+    storage_options: dict[str, Any] | None
+    entries: tuple[EpisodeEntry, ...]
+    schema: Schema
+    fps: float
+    frames: FramesMode | None
+    splits: _Splits
+    numbered: ClassVar[bool] = True
+
+    def __call__(self) -> Iterator[Episode]:
+        storage = worker_storage(self.url, self.storage_options)
+        return _episodes(self.entries, storage, self.schema, self.fps, self.frames, self.splits)
 
 
 def _opener(storage: Storage, path: str) -> Callable[[], IO[bytes]]:
@@ -135,27 +176,36 @@ def _schema(meta: LeRobotMeta, arrow_schema: Any, frames: FramesMode | None) -> 
     return Schema(tuple(fields), source_format="lerobot", source_version=meta.version, attrs=attrs)
 
 
-def _split_of(meta: LeRobotMeta) -> Callable[[int], str | None]:
-    """``info.json``'s ``splits`` (``{"train": "0:50"}``) as episode -> split."""
-    ranges = []
-    for name, spec in (meta.info.get("splits") or {}).items():
-        try:
-            lo, hi = (int(x) for x in str(spec).split(":"))
-        except ValueError:
-            continue
-        ranges.append((lo, hi, str(name)))
-    return lambda ep: next((n for lo, hi, n in ranges if lo <= ep < hi), None)
+@dataclass(frozen=True)
+class _Splits:
+    """``info.json``'s ``splits`` (``{"train": "0:50"}``) as episode -> split (picklable)."""
+
+    ranges: tuple[tuple[int, int, str], ...]
+
+    @classmethod
+    def of(cls, meta: LeRobotMeta) -> _Splits:
+        ranges = []
+        for name, spec in (meta.info.get("splits") or {}).items():
+            try:
+                lo, hi = (int(x) for x in str(spec).split(":"))
+            except ValueError:
+                continue
+            ranges.append((lo, hi, str(name)))
+        return cls(tuple(ranges))
+
+    def __call__(self, episode: int) -> str | None:
+        return next((n for lo, hi, n in self.ranges if lo <= episode < hi), None)
 
 
 def _episodes(
-    meta: LeRobotMeta, storage: Storage, schema: Schema, frames: FramesMode | None
+    entries: Sequence[EpisodeEntry], storage: Storage, schema: Schema, fps: float, frames: FramesMode | None,
+    split_of: _Splits,
 ) -> Iterator[Episode]:
     pq = import_arrow()
-    split_of = _split_of(meta)
     decoder = FrameDecoder(storage.open) if frames else None
     cached: tuple[str, Any] | None = None
     try:
-        for entry in meta.episodes:
+        for entry in entries:
             if cached is None or cached[0] != entry.data_file:
                 with storage.open(entry.data_file) as f:
                     cached = (entry.data_file, pq.read_table(f))
@@ -170,7 +220,7 @@ def _episodes(
                         path=storage.url(entry.data_file),
                         member=f"episode {entry.index}",
                     )
-            yield _episode(entry, table, schema, meta, storage, decoder, frames, split_of(entry.index))
+            yield _episode(entry, table, schema, fps, storage, decoder, frames, split_of(entry.index))
     finally:
         if decoder is not None:
             decoder.close()
@@ -180,7 +230,7 @@ def _episode(
     entry: EpisodeEntry,
     table: Any,
     schema: Schema,
-    meta: LeRobotMeta,
+    fps: float,
     storage: Storage,
     decoder: FrameDecoder | None,
     frames: FramesMode | None,
@@ -195,7 +245,7 @@ def _episode(
         where = f"episode {entry.index}, field {f.name!r}"
         if f.name in entry.videos:
             span = entry.videos[f.name]
-            first = round(span.from_timestamp * meta.fps)
+            first = round(span.from_timestamp * fps)
             refs = [
                 VideoRef(span.file, float(span.from_timestamp + timestamps[i]), int(first + frame_index[i]))
                 for i in range(n)
@@ -280,6 +330,7 @@ def import_lerobot(
     *,
     frames: FramesMode | None = None,
     storage_options: dict[str, Any] | None = None,
+    executor: Executor | None = None,
     **writer_options: Any,
 ) -> ImportReport:
     """Import the LeRobot dataset at ``src`` (v2.1 or v3.0) into a new episode dataset at ``out``.
@@ -294,7 +345,10 @@ def import_lerobot(
     ``writer_options`` go to ``EpisodeWriter`` (``granularity``, ``shard_size``, ``split_ratio``
     for episodes that ``info.json``'s splits leave out, ``force``, ``progress``). The source is
     checked first (``LeRobotFormatError`` on its first error); everything is staged and moved into
-    place at the end, so ``out`` never holds half an import.
+    place at the end, so ``out`` never holds half an import. ``executor``: any
+    ``concurrent.futures.Executor``; its workers read the episodes of one data file each (and
+    decode their frames with ``frames``), reaching ``src`` by URL and ``storage_options``; the
+    video store is copied here; the same output byte for byte.
     """
     from ..episodes.writer import EpisodeWriter
 
@@ -318,8 +372,7 @@ def import_lerobot(
                 stream.video_files, names, os.path.join(writer.staging, VIDEO_STORE)
             )
             _write_metadataset(writer.staging, stream.source_files)
-        for episode in stream.episodes:
-            writer.write(episode)
+        writer.write_episodes(stream, executor)
     r = writer.report
     assert r is not None
     return ImportReport(

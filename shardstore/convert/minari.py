@@ -26,9 +26,10 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -42,6 +43,7 @@ __all__ = [
     "VERSIONS",
     "BACKENDS",
     "MinariSource",
+    "MinariPart",
     "ExportReport",
     "locate",
     "inspect_source",
@@ -196,11 +198,51 @@ def read_minari(src: str | os.PathLike[str]) -> EpisodeStream:
     if source.backend == "hdf5":
         attrs["empty_groups"] = minari_hdf5.first_episode_empty_groups(main)
     schema = Schema(tuple(fields), "minari", source.version, attrs)
+    parts: list[MinariPart]
     if source.backend == "hdf5":
         episodes: Iterable[Episode] = minari_hdf5.read_episodes(main, schema, f"data/{minari_hdf5.MAIN_FILE}")
+        groups = minari_hdf5.episode_groups(main)
+        parts = [MinariPart(os.path.abspath(source.data_dir), "hdf5", schema, {}, tuple(run)) for run in _runs(groups)]
     else:
         episodes = minari_arrow.read_episodes(source.data_dir, source.backend, schema, source.spaces)
-    return EpisodeStream(schema, episodes, source.total_episodes, _source_files(source), source.total_steps)
+        dirs = [(number, folder.name) for number, folder in minari_arrow.episode_dirs(source.data_dir)]
+        parts = [MinariPart(os.path.abspath(source.data_dir), source.backend, schema, source.spaces, tuple(run))
+                 for run in _runs(dirs)]
+    return EpisodeStream(schema, episodes, source.total_episodes, _source_files(source), source.total_steps,
+                         parts=parts)
+
+
+#: An import on an executor reads a Minari dataset in at most about this many parts.
+_PARTS = 256
+
+
+def _runs(items: list[tuple[int, str]]) -> Iterator[list[tuple[int, str]]]:
+    """``items`` in consecutive runs, at most about ``_PARTS`` of them."""
+    size = max(1, -(-len(items) // _PARTS))
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+@dataclass(frozen=True)
+class MinariPart:
+    """A run of a Minari dataset's episodes as a part of the stream (``episodes.parts``): the
+    HDF5 groups (``episode_<id>``) or episode folders ``runs`` (id, name) of the folder ``data``
+    (a path the workers reach: local or shared)."""
+
+    data: str
+    backend: str
+    schema: Schema
+    spaces: dict[str, Any]
+    runs: tuple[tuple[int, str], ...]
+    numbered: ClassVar[bool] = True
+
+    def __call__(self) -> Iterator[Episode]:
+        data = Path(self.data)
+        if self.backend == "hdf5":
+            return minari_hdf5.read_episodes(data / minari_hdf5.MAIN_FILE, self.schema, f"data/{minari_hdf5.MAIN_FILE}",
+                                             self.runs)
+        dirs = [(number, data / name) for number, name in self.runs]
+        return minari_arrow.read_episodes(data, self.backend, self.schema, self.spaces, dirs)
 
 
 # ----- writing -----------------------------------------------------------------------------------------
@@ -396,14 +438,18 @@ def _bar(show: bool, total: int | None) -> Any:
 
 
 # ----- the CLI's two calls -------------------------------------------------------------------------------
-def import_minari(src: str | os.PathLike[str], out: str | os.PathLike[str], **writer_options: Any) -> Any:
+def import_minari(
+    src: str | os.PathLike[str], out: str | os.PathLike[str], *, executor: Executor | None = None, **writer_options: Any
+) -> Any:
     """``shardstore import minari``: ``EpisodeWriter(out, **writer_options).write_stream(read_minari(src))``;
-    returns the ``WriteReport``. The source is checked before ``out`` is touched."""
+    returns the ``WriteReport``. The source is checked before ``out`` is touched. ``executor``: any
+    ``concurrent.futures.Executor``, whose workers read and encode runs of episodes (they must
+    reach ``src``'s path: one machine, or a shared filesystem); the same output byte for byte."""
     from ..episodes.writer import EpisodeWriter
 
     stream = read_minari(src)
     writer = EpisodeWriter(out, total_steps=stream.total_steps, **writer_options)
-    return writer.write_stream(stream)
+    return writer.write_stream(stream, executor)
 
 
 def export_minari(

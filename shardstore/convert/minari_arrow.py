@@ -13,7 +13,7 @@ in the field's ``shape`` metadata), Discrete plain integers, Text strings, JPEG 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +130,11 @@ def read_fields(data: Path, fmt: str, layout_spaces: Mapping[str, Any]) -> list[
             for path, array, field in _columns(table, layout_spaces)]
 
 
-def read_episodes(data: Path, fmt: str, schema: Schema, layout_spaces: Mapping[str, Any]) -> Iterator[Episode]:
+def read_episodes(data: Path, fmt: str, schema: Schema, layout_spaces: Mapping[str, Any],
+                  dirs: Sequence[tuple[int, Path]] | None = None) -> Iterator[Episode]:
+    """The episodes of the folder ``data`` in id order (or those of ``dirs``, from ``episode_dirs``)."""
     pa, _, _ = pyarrow_modules()
-    for number, folder in episode_dirs(data):
+    for number, folder in episode_dirs(data) if dirs is None else dirs:
         table = _table(folder, fmt)
         rows = table.num_rows
         file = folder / f"{PART}.{fmt}"

@@ -26,7 +26,7 @@ from ..errors import EpisodeFormatError, MissingExtraError, PathEscapeError
 from . import minari_spaces as spaces
 
 __all__ = [
-    "MAIN_FILE", "attr_from_model", "empty_groups", "first_episode_empty_groups", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",
+    "MAIN_FILE", "attr_from_model", "empty_groups", "episode_groups", "first_episode_empty_groups", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",
     "read_root_attrs", "write_episodes",
 ]
 
@@ -177,12 +177,20 @@ def _rows(ds: Any, n: int, path: Path, where: str) -> Rows:
     )
 
 
-def read_episodes(path: Path, schema: Schema, rel: str) -> Iterator[Episode]:
-    """The episodes of ``path`` in id order, each checked against ``schema`` (``rel`` is the file's
-    name in the dataset, for source info)."""
+def episode_groups(path: Path) -> list[tuple[int, str]]:
+    """``(id, group name)`` of the episodes of ``path``, by id (how an import splits it in parts)."""
+    with h5py_module().File(path, "r") as f:
+        return _episode_groups(f, path)
+
+
+def read_episodes(
+    path: Path, schema: Schema, rel: str, groups: list[tuple[int, str]] | tuple[tuple[int, str], ...] | None = None
+) -> Iterator[Episode]:
+    """The episodes of ``path`` in id order (or those of ``groups``, from ``episode_groups``),
+    each checked against ``schema`` (``rel`` is the file's name in the dataset, for source info)."""
     h5py = h5py_module()
     with h5py.File(path, "r") as f:
-        for number, name in _episode_groups(f, path):
+        for number, name in _episode_groups(f, path) if groups is None else groups:
             group = f[name]
             n = _steps_of(group, path, name)
             names = {".".join(leaf) for leaf, _ in _leaves(group)}

@@ -17,26 +17,31 @@ the shard up to e's record and parsing the whole episode. That is why RLDS is im
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, Schema, to_jsonable
 from ..episodes.staging import StagedFolder
 from ..errors import ConfigError, EpisodeFormatError, TFRecordFormatError
+from ..executors import worker_storage
 from ..storage import open_storage
 from .rlds_features import Leaf, build_features_json, leaf_to_field, parse_features_json
 from .tfrecord import example_class, frame, iter_records, parse_example, serialize
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from ..episodes.writer import WriteReport
 
 __all__ = [
     "RldsInfo",
+    "RldsShard",
     "decode_example",
     "encode_episode",
     "export_rlds",
@@ -135,34 +140,49 @@ def read_rlds(
         attrs={"name": info.name, "flags": [leaf.path[1] for leaf in info.leaves if leaf.is_flag]},
     )
 
-    def episodes() -> Iterator[Episode]:
-        index = 0
-        for s in splits:
-            for i, length in enumerate(s.shard_lengths):
-                name = s.shard_name(info.name, i)
-                count = 0
-                with storage.open(name) as f:
-                    for record in iter_records(f, os.path.join(src, name)):
-                        msg = parse_example(record.payload, os.path.join(src, name), record.index)
-                        ep = decode_example(msg, info.leaves, os.path.join(src, name), record.index, index)
-                        ep.split = s.name
-                        ep.source = {
-                            "split": s.name,
-                            "shard": name,
-                            "shard_index": i,
-                            "record": record.index,
-                        }
-                        yield ep
-                        index += 1
-                        count += 1
-                if count != length:
-                    raise TFRecordFormatError(
-                        f"{count} records where dataset_info.json's shardLengths says {length}",
-                        path=os.path.join(src, name),
-                    )
+    parts, first = [], 0
+    for s in splits:
+        for i, length in enumerate(s.shard_lengths):
+            parts.append(RldsShard(storage.url(), storage_options, src, s.shard_name(info.name, i), s.name, i, first,
+                                   length, info.leaves))
+            first += length
 
     total = sum(sum(s.shard_lengths) for s in splits)
-    return EpisodeStream(schema, episodes(), total, files)
+    return EpisodeStream(schema, itertools.chain.from_iterable(p() for p in parts), total, files, parts=parts)
+
+
+@dataclass(frozen=True)
+class RldsShard:
+    """One TFRecord file of a split as a part of the stream (``episodes.parts``): a worker reaches
+    it by URL and ``storage_options``; ``first`` is the number of its first episode (the records
+    of the files before, by ``shardLengths``), ``length`` its record count, checked."""
+
+    url: str
+    storage_options: dict[str, Any] | None
+    src: str
+    name: str
+    split: str
+    shard_index: int
+    first: int
+    length: int
+    leaves: tuple[Leaf, ...]
+    numbered: ClassVar[bool] = True
+
+    def __call__(self) -> Iterator[Episode]:
+        path = os.path.join(self.src, self.name)
+        count = 0
+        with worker_storage(self.url, self.storage_options).open(self.name) as f:
+            for record in iter_records(f, path):
+                msg = parse_example(record.payload, path, record.index)
+                ep = decode_example(msg, self.leaves, path, record.index, self.first + count)
+                ep.split = self.split
+                ep.source = {"split": self.split, "shard": self.name, "shard_index": self.shard_index,
+                             "record": record.index}
+                yield ep
+                count += 1
+        if count != self.length:
+            raise TFRecordFormatError(f"{count} records where dataset_info.json's shardLengths says {self.length}",
+                                      path=path)
 
 
 def decode_example(
@@ -503,6 +523,7 @@ def import_rlds(
     *,
     split: str | None = None,
     storage_options: dict[str, Any] | None = None,
+    executor: Executor | None = None,
     **writer_options: Any,
 ) -> WriteReport:
     """``shardstore import rlds``: the TFDS version folder ``src`` (all splits, or ``split``) into a
@@ -510,12 +531,14 @@ def import_rlds(
     step, images as their encoded bytes, tensors ``.npy`` with the dtype and shape of
     ``features.json``, text ``.txt``; ``features.json`` and ``dataset_info.json`` kept under
     ``.nv-meta/source/``; each episode's split, shard and record in the episode index. Staged and
-    moved into place at the end: ``out`` never holds half an import."""
+    moved into place at the end: ``out`` never holds half an import. ``executor``: any
+    ``concurrent.futures.Executor``; its workers read and encode one TFRecord file each (reaching
+    ``src`` by URL and ``storage_options``), the same output byte for byte."""
     from ..episodes.writer import EpisodeWriter
 
     stream = read_rlds(src, split, storage_options)
     writer = EpisodeWriter(out, schema=stream.schema, **writer_options)
-    return writer.write_stream(stream)
+    return writer.write_stream(stream, executor)
 
 
 def export_rlds(

@@ -26,12 +26,15 @@ import base64
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from ..errors import EpisodeFormatError
 from .video import VideoRef
+
+if TYPE_CHECKING:
+    from .parts import EpisodePart
 
 __all__ = [
     "FLAG_FIELDS",
@@ -260,7 +263,9 @@ class EpisodeStream:
     ``.nv-meta/source/`` on import and handed back to the writer on export. ``video_files``
     opens, by name, the video files that the ``VideoRef`` values of video fields name (a seekable
     binary file each, opened lazily: the import copies them whole into its video store, an export
-    cuts or copies them)."""
+    cuts or copies them). ``parts``: the same episodes as runs that an executor's workers read
+    apart (``parts.EpisodePart``: picklable, each yielding its run; in order they are
+    ``episodes``), None for a stream that cannot be split."""
 
     schema: Schema
     episodes: Iterable[Episode]
@@ -268,6 +273,7 @@ class EpisodeStream:
     source_files: Mapping[str, bytes] = field(default_factory=dict)
     total_steps: int | None = None
     video_files: Mapping[str, Callable[[], IO[bytes]]] = field(default_factory=dict)
+    parts: Sequence[EpisodePart] | None = None
 
 
 def _where(episode: int, name: str) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import IO
 
-__all__ = ["TarWriter"]
+__all__ = ["TarMembers", "TarWriter"]
 
 _BLOCK = 512
 _RECORD = 20 * _BLOCK
@@ -40,16 +40,17 @@ def _template(mtime: int) -> bytes:
     return bytes(h)
 
 
-class TarWriter:
-    """Members appended to ``fileobj`` (which it closes on ``close``)."""
+class TarMembers:
+    """Members encoded in memory (header, data, padding each), taken as one block of bytes: an
+    episode's samples are encoded apart from the shard they go into (a tar member holds no offset,
+    so the block is the same wherever it lands), on an executor's worker or in the writer."""
 
-    def __init__(self, fileobj: IO[bytes], mtime: int) -> None:
-        self.file = fileobj
+    def __init__(self, mtime: int) -> None:
         t = _template(mtime)
         self._mode_to_gid, self._mtime, self._after_kind = t[100:124], t[136:148], t[157:]
         # The checksum is the sum of the header's bytes: the template's, plus the name's and size's
         self._base_sum = sum(t) - ord("0")
-        self.offset = 0
+        self._chunks: list[bytes] = []
 
     def _header(self, name: bytes, size: int, kind: bytes = b"0") -> bytes:
         size_field = _octal(size, 12)
@@ -57,7 +58,7 @@ class TarWriter:
         return b"".join((name, bytes(100 - len(name)), self._mode_to_gid, size_field, self._mtime,
                          b"%06o\0 " % chk, kind, self._after_kind))
 
-    def write(self, name: str, data: bytes) -> None:
+    def add(self, name: str, data: bytes) -> None:
         encoded = name.encode()
         if len(encoded) > 100:
             link = encoded + b"\0"
@@ -66,9 +67,31 @@ class TarWriter:
         self._put(self._header(encoded, len(data)), data)
 
     def _put(self, header: bytes, data: bytes) -> None:
-        pad = -len(data) % _BLOCK
-        self.file.write(b"".join((header, data, _ZEROS[:pad])))  # one call: writes cost more than the join
-        self.offset += _BLOCK + len(data) + pad
+        self._chunks += (header, data, _ZEROS[: -len(data) % _BLOCK])
+
+    def take(self) -> bytes:
+        """The members added since the last ``take``, as tar bytes (one join: one copy of the data)."""
+        block = b"".join(self._chunks)
+        self._chunks = []
+        return block
+
+
+class TarWriter:
+    """Members appended to ``fileobj`` (which it closes on ``close``)."""
+
+    def __init__(self, fileobj: IO[bytes], mtime: int) -> None:
+        self.file = fileobj
+        self._members = TarMembers(mtime)
+        self.offset = 0
+
+    def write(self, name: str, data: bytes) -> None:
+        self._members.add(name, data)
+        self.write_members(self._members.take())
+
+    def write_members(self, block: bytes) -> None:
+        """Members encoded by ``TarMembers`` (one write: writes cost more than the join)."""
+        self.file.write(block)
+        self.offset += len(block)
 
     def close(self) -> None:
         """Two zero blocks, then zeros to a whole 10 KiB record (what ``tarfile`` ends with)."""

@@ -21,7 +21,8 @@ import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Executor
+from dataclasses import asdict, dataclass, field, replace
 from types import TracebackType
 from typing import Any
 
@@ -31,20 +32,18 @@ from .. import nvmeta
 from ..errors import ConfigError, EpisodeFormatError
 from ..storage import is_remote_url
 from . import layout
-from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter, EpisodeRow
+from .encode import EncodedEpisode, encode_episode
+from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter
 from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
-from .npy import npy_header
+from .parts import encoded_parts
 from .staging import StagedFolder, safe_relpath
 from .tarwriter import TarWriter
-from .video import refs_to_bytes
 
 __all__ = ["EpisodeWriter", "WriteReport", "infer_schema", "DEFAULT_SHARD_SIZE"]
 
 #: Shards are closed (at an episode boundary) once they reach this many bytes.
 DEFAULT_SHARD_SIZE = 256 * 1024 * 1024
 _SPLIT_RE = re.compile(r"^[A-Za-z0-9_]+$")
-_MAX_EPISODE = 10**8 - 1
-_MAX_STEPS = 10**6 - 1  # the step counter has 6 digits (keys sort by step)
 
 
 @dataclass
@@ -128,13 +127,11 @@ class _Shards:
         self.names.append(self.name)
         self.samples = 0
 
-    def write(self, sample: dict[str, Any]) -> None:
-        """One sample: its parts in name order (as webdataset writes them), ``key.part`` each."""
-        key = sample.pop("__key__")
+    def write(self, members: bytes, samples: int) -> None:
+        """An episode's samples, encoded (``encode.encode_episode``)."""
         assert self.tar is not None, "open_for_episode() first"
-        for part in sorted(sample):
-            self.tar.write(f"{key}.{part}", sample[part])
-        self.samples += 1
+        self.tar.write_members(members)
+        self.samples += samples
 
     def close(self) -> None:
         if self.tar is not None:
@@ -151,7 +148,9 @@ class EpisodeWriter:
     ``"8,1,1"`` or ``[("train", 8), ...]`` for episodes whose ``split`` is None (default: all
     train). ``schema``: the field tree (default: inferred from the first episode, see
     ``infer_schema``). ``source_files``: relative path -> bytes, kept under ``.nv-meta/source/``.
-    ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps.
+    ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps. The
+    members' mtime is the writer's start, or ``$SOURCE_DATE_EPOCH`` when set (the same bytes
+    from the same episodes, e.g. to compare an import on a cluster with a local one).
 
     Use as a context manager (or call ``close()``): on a clean exit the dataset is prepared and
     moved into place and ``report`` says what was written; on an exception nothing is left.
@@ -192,7 +191,7 @@ class EpisodeWriter:
         self.num_workers = num_workers
         self.report: WriteReport | None = None
         self._t0 = time.perf_counter()
-        self._mtime = int(time.time())
+        self._mtime = _members_mtime()
         self._shards: dict[str, _Shards] = {}
         self._numbers: set[int] = set()
         self._split_counts: Counter[str] = Counter()
@@ -214,19 +213,18 @@ class EpisodeWriter:
             raise ConfigError("the writer is closed", path=self.out)
         if self.schema is None:
             self.schema = infer_schema(episode)
-        number = episode.index
-        where = f"episode {number}"
-        if not 0 <= number <= _MAX_EPISODE:
-            raise EpisodeFormatError(f"episode number must be 0..{_MAX_EPISODE}", member=where)
-        if number in self._numbers:
+        return self._append(self._encode(episode))
+
+    def _encode(self, episode: Episode) -> EncodedEpisode:
+        assert self.schema is not None
+        return encode_episode(episode, self.schema, self.granularity, self._mtime)
+
+    def _append(self, episode: EncodedEpisode) -> int:
+        """An encoded episode into the open shard of its split, and its row into the index."""
+        row = episode.row
+        where = f"episode {row.number}"
+        if row.number in self._numbers:
             raise EpisodeFormatError("episode number written twice", member=where)
-        n = episode.validate(self.schema)
-        extra = any(f.rows == "steps+1" for f in self.schema.fields)
-        samples = n + 1 if extra else n
-        if samples == 0:
-            raise EpisodeFormatError("an episode without steps", member=where)
-        if n > _MAX_STEPS:
-            raise EpisodeFormatError(f"{n} steps; at most {_MAX_STEPS} fit the key", member=where)
         split = episode.split if episode.split is not None else self._splitter.next()
         if not _SPLIT_RE.match(split):
             raise EpisodeFormatError(f"split name {split!r} must be letters, digits and '_'", member=where)
@@ -235,27 +233,16 @@ class EpisodeWriter:
             shards = self._shards[split] = _Shards(self.staging, split, self.shard_size, self._mtime)
         shards.open_for_episode()
         first = shards.samples
-        if self.granularity == "step":
-            for t in range(samples):
-                shards.write(self._step_sample(number, episode.steps, t, n, extra, episode.terminal))
-            first_key = layout.step_key(number, 0)
-        else:
-            shards.write(self._episode_sample(number, episode.steps, n, samples, episode.terminal))
-            first_key = layout.episode_key(number)
-        self._numbers.add(number)
+        shards.write(episode.members, row.samples)
+        self._numbers.add(row.number)
         self._split_counts[split] += 1
-        self._next_number = max(self._next_number, number + 1)
-        self._index.add(
-            EpisodeRow(
-                number, shards.name, first, shards.samples - first, n, first_key, bool(episode.terminal),
-                dict(episode.metadata), dict(episode.source),
-            )
-        )
-        self._steps += n
-        self._samples += shards.samples - first
+        self._next_number = max(self._next_number, row.number + 1)
+        self._index.add(replace(row, shard=shards.name, first_index=first))
+        self._steps += row.steps
+        self._samples += row.samples
         if self._progress is not None:
-            self._progress.update(n)
-        return n
+            self._progress.update(row.steps)
+        return row.steps
 
     def write_steps(
         self,
@@ -271,69 +258,33 @@ class EpisodeWriter:
         self.write(Episode(number, steps, metadata or {}, terminal, split))
         return number
 
-    def write_stream(self, stream: EpisodeStream) -> WriteReport:
-        """Write every episode of a format reader's stream, keep its source files, and close."""
+    def write_episodes(self, stream: EpisodeStream, executor: Executor | None = None) -> None:
+        """Write every episode of ``stream`` (the writer stays open). With ``executor``, the stream's
+        parts are read and encoded on its workers (``parts``) and only appended here, in order: the
+        same bytes as without. A stream without parts cannot be spread (``ConfigError``)."""
+        if executor is None:
+            for episode in stream.episodes:
+                self.write(episode)
+            return
+        if stream.parts is None:
+            raise ConfigError("this stream cannot be spread over an executor (its reader gives no parts)", path=self.out)
+        if self.schema is None:
+            self.schema = stream.schema
+        for encoded in encoded_parts(executor, stream.parts, self.schema, self.granularity, self._mtime, self._encode):
+            self._append(encoded)
+
+    def write_stream(self, stream: EpisodeStream, executor: Executor | None = None) -> WriteReport:
+        """Write every episode of a format reader's stream (on ``executor``'s workers: see
+        ``write_episodes``), keep its source files, and close."""
         if self.schema is None:
             self.schema = stream.schema
         self._source_files.update(stream.source_files)
         if self._progress is not None and stream.total_steps is not None:
             self._progress.total = stream.total_steps
         with self:
-            for episode in stream.episodes:
-                self.write(episode)
+            self.write_episodes(stream, executor)
         assert self.report is not None
         return self.report
-
-    def _step_sample(
-        self, number: int, steps: Mapping[str, StepValues], t: int, n: int, extra: bool, terminal: bool
-    ) -> dict[str, Any]:
-        assert self.schema is not None
-        sample: dict[str, Any] = {"__key__": layout.step_key(number, t)}
-        for f in self.schema.fields:
-            if t == n and f.rows == "steps":
-                continue
-            v = steps[f.name]
-            if f.kind == "text":
-                sample[layout.part_name(f)] = v[t].encode()  # type: ignore[union-attr]
-            elif f.kind == "media":
-                sample[layout.part_name(f)] = bytes(v[t])  # type: ignore[arg-type]
-            elif f.kind == "video":
-                sample[layout.part_name(f)] = v[t].to_bytes()  # type: ignore[union-attr]
-            else:
-                arr: np.ndarray = v  # type: ignore[assignment]
-                row = arr[t, ...]  # a 0-d array keeps its byte order; arr[t] would be a native scalar
-                if not row.flags.c_contiguous:
-                    row = row.copy()
-                sample[layout.part_name(f)] = npy_header(arr.dtype, arr.shape[1:]) + row.tobytes()
-        last = t == (n if extra else n - 1)
-        sample[layout.FLAG_PARTS[0]] = layout.TRUE_NPY if t == 0 else layout.FALSE_NPY
-        sample[layout.FLAG_PARTS[1]] = layout.TRUE_NPY if last else layout.FALSE_NPY
-        sample[layout.FLAG_PARTS[2]] = layout.TRUE_NPY if last and terminal else layout.FALSE_NPY
-        return sample
-
-    def _episode_sample(
-        self, number: int, steps: Mapping[str, StepValues], n: int, rows: int, terminal: bool
-    ) -> dict[str, Any]:
-        assert self.schema is not None
-        from .npy import encode_row
-
-        sample: dict[str, Any] = {"__key__": layout.episode_key(number)}
-        for f in self.schema.fields:
-            v = steps[f.name]
-            if f.kind == "video":  # the rows' frame references as one part
-                sample[layout.part_name(f)] = refs_to_bytes(v)  # type: ignore[arg-type]
-            elif f.kind in ("text", "media"):
-                for t, item in enumerate(v):
-                    sample[layout.row_part_name(f, t)] = _row_bytes(f, item)
-            else:
-                sample[layout.part_name(f)] = encode_row(v)  # type: ignore[arg-type]
-        is_first = np.zeros(rows, bool)
-        is_first[0] = True
-        is_last = np.zeros(rows, bool)
-        is_last[-1] = True
-        for part, flags in zip(layout.FLAG_PARTS, (is_first, is_last, is_last & terminal), strict=True):
-            sample[part] = encode_row(flags)
-        return sample
 
     # ----- finishing ------------------------------------------------------------------------------
     def close(self) -> WriteReport:
@@ -416,11 +367,6 @@ class EpisodeWriter:
         )
 
 
-def _row_bytes(f: FieldSpec, item: Any) -> bytes:
-    """One row of a text or media field as the bytes of its part."""
-    return item.encode() if f.kind == "text" else bytes(item)  # type: ignore[no-any-return]
-
-
 def _progress_bar(show: bool, total: int | None) -> Any:
     if not show:
         return None
@@ -429,6 +375,17 @@ def _progress_bar(show: bool, total: int | None) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, unit="step", desc="Writing episodes", file=sys.stderr, unit_scale=True)
+
+
+def _members_mtime() -> int:
+    """The tar members' mtime: now, or ``$SOURCE_DATE_EPOCH`` (the reproducible-builds convention)
+    for imports that give the same bytes when run again."""
+    value = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if not value:
+        return int(time.time())
+    if not value.isdigit():
+        raise ConfigError(f"must be a whole number of seconds, not {value!r}", member="SOURCE_DATE_EPOCH")
+    return int(value)
 
 
 def _is_dataset(path: str) -> bool:

@@ -45,9 +45,9 @@ def executor(client: Any) -> Any:
 
 
 def _worker_datasets() -> int:
-    from shardstore import scan
+    from shardstore import executors
 
-    return scan._worker_storage.cache_info().misses
+    return executors._cached_storage.cache_info().misses
 
 
 def datasets_opened_by_workers(client: Any) -> int:
