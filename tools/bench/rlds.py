@@ -9,13 +9,14 @@ Figures (warm page cache, one thread, fixed seed):
 - import: ``import_rlds`` of the whole folder (steps/s, source MB/s);
 - random step, decoded (JPEG decoded to HWC uint8 + state + action) and raw (image bytes + state +
   action): ``shardstore.episodes(ds).step(e, t)`` against an indexed TFRecord reader, given the byte
-  offset and length of every episode's record for free (one ``pread`` of the payload, a parse of the
-  whole ``tf.train.Example`` with protobuf's upb parser, step t taken; CRCs not checked, to its
-  advantage). Both decode the JPEG with the library's decoder (``shardstore.decode``: simplejpeg when
+  offset and length of every episode's record for free (the shards memory-mapped, a parse of the
+  whole ``tf.train.Example`` straight from the mapping with protobuf's upb parser into a fresh
+  message, step t taken; CRCs not checked, to its advantage; ``IndexedTFRecord`` says why this is its
+  best form). Both decode the JPEG with the library's decoder (``shardstore.decode``: simplejpeg when
   installed, else Pillow), so the ratio measures the readers;
-- the parts that bound the decoded ratio, on the same pairs: the JPEG decode alone (the library's
-  decoder, and Pillow's ``Image.open`` for reference) and the peer's read alone; the decoded ratio
-  can never exceed (peer raw + decode) / decode, the "cap" figure;
+- the parts that bound the ratios, on the same pairs: the JPEG decode alone (the library's decoder,
+  and Pillow's ``Image.open`` for reference), the peer's parse alone, and the peer reading with one
+  ``os.pread`` instead; the decoded ratio can never exceed (peer raw + decode) / decode, the "cap";
 - TFDS: ``tfds.builder_from_directory(...).as_dataset()`` iterated over every step (images decoded),
   in the TensorFlow venv (``--tfds-python``; skipped when missing), as steps/s: the sequential rate
   a TFDS pipeline reaches, the best case of a shuffle buffer.
@@ -133,12 +134,13 @@ class IndexedTFRecord:
     ``read`` picks the best of what was measured (tools/bench/rlds.py's ``peer_variants`` figures):
     ``"mmap"`` (the default: the shards memory-mapped, the payload parsed straight from a
     memoryview of the page cache, no syscall, no 440 KB buffer allocated per step), ``"pread"`` (one
-    ``os.pread`` of the payload). ``reuse=True`` parses into one message kept across steps, as the
-    previous peer did: upb then takes ~10x longer (it clears and re-reifies the old message), so the
-    default is a fresh message per step.
+    ``os.pread`` of the payload). Each parse makes a fresh message: parsing again into one kept
+    message (``ParseFromString``), as this peer first did, was ~7x slower (429 us a step instead of
+    64 at 500 x 100 steps) and its memory grew with every parse (upb allocates each parse in the
+    message's arena, which is freed only with the message: 23 GB after a few thousand 4.4 MB records).
     """
 
-    def __init__(self, folder: str, read: str = "mmap", reuse: bool = False) -> None:
+    def __init__(self, folder: str, read: str = "mmap") -> None:
         from google.protobuf.internal import api_implementation
 
         self.backend = api_implementation.Type()
@@ -155,7 +157,6 @@ class IndexedTFRecord:
                 self.maps.append(memoryview(mmap.mmap(self.fds[-1], 0, prot=mmap.PROT_READ)))
         self.payload = self._mapped if read == "mmap" else self._pread
         self.cls = example_class()
-        self.msg = self.cls() if reuse else None
 
     def _mapped(self, e: int) -> memoryview:
         i, offset, length = self.where[e]
@@ -173,10 +174,7 @@ class IndexedTFRecord:
 
     def parse(self, e: int, t: int, decode: bool) -> Any:
         """The read and parse alone."""
-        if self.msg is None:
-            return self.cls.FromString(self.payload(e))
-        self.msg.ParseFromString(self.payload(e))
-        return self.msg
+        return self.cls.FromString(self.payload(e))
 
     def step(self, e: int, t: int, decode: bool) -> tuple[Any, np.ndarray, np.ndarray]:
         feat = self.parse(e, t, decode).features.feature
@@ -253,8 +251,7 @@ def main() -> None:
         log(f"import: {rep.episodes} episodes, {steps_total} steps, {src_bytes / 1e6:.0f} MB in {imp_wall:.1f} s")
         view = shardstore.episodes(ds)
         peer = IndexedTFRecord(src)
-        variants = {"pread_fresh_message": IndexedTFRecord(src, read="pread"),
-                    "pread_reused_message": IndexedTFRecord(src, read="pread", reuse=True)}
+        variants = {"pread": IndexedTFRecord(src, read="pread")}
         for folder in (src, ds):  # warm the page cache for both
             for dirpath, _, names in os.walk(folder):
                 for n in names:
@@ -313,7 +310,7 @@ def main() -> None:
             for i, clock in enumerate(("wall", "cpu"))
         }
         results["peer_variants_raw_us_per_step"] = {
-            "mmap_fresh_message (the peer)": {"wall": round(us["peer_raw"][0], 1), "cpu": round(us["peer_raw"][1], 1)},
+            "mmap (the peer)": {"wall": round(us["peer_raw"][0], 1), "cpu": round(us["peer_raw"][1], 1)},
             **{k: {"wall": round(us[f"variant_{k}"][0], 1), "cpu": round(us[f"variant_{k}"][1], 1)} for k in variants},
         }
         for reader in (peer, *variants.values()):
