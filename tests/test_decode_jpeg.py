@@ -15,6 +15,7 @@ from shardstore.decode import decode_part
 from shardstore.errors import DecodeError
 
 Image = pytest.importorskip("PIL.Image")
+pil_features = pytest.importorskip("PIL.features")
 simplejpeg = pytest.importorskip("simplejpeg")
 
 
@@ -50,7 +51,7 @@ CASES = {
 }
 
 
-@pytest.mark.skipif(not __import__("PIL.features").features.check_feature("libjpeg_turbo"),
+@pytest.mark.skipif(not pil_features.check_feature("libjpeg_turbo"),
                     reason="Pillow built on IJG libjpeg: its chroma upsampling differs from libjpeg-turbo's")
 @pytest.mark.parametrize("name", list(CASES))
 def test_jpeg_equals_pillow_bit_for_bit(name: str) -> None:
