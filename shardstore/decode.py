@@ -3,7 +3,8 @@ and short human descriptions of parts (``shardstore preview`` in ``inspection`` 
 
 The extension of a part is the last dotted component of its name, lower-cased (``seg.png`` ->
 ``png``), as webdataset (and so Energon) decides it. Decoders: json, txt (str), cls (int),
-npy/npz (numpy, ``allow_pickle=False``), images (numpy arrays via Pillow, the ``images`` extra),
+npy/npz (numpy, ``allow_pickle=False``), images (numpy arrays via Pillow, the ``images`` extra; JPEGs
+through simplejpeg when installed, bit-equal and ~3x faster),
 msgpack; videos and unknown extensions stay bytes. Pickle runs code from the data, so ``pickle``,
 ``pyd`` and ``pkl`` parts decode only with ``allow_pickle=True``, and then through the restricted
 unpickler of ``safepickle`` (numpy arrays, scalars, dtypes and builtin types; anything else is
@@ -20,6 +21,7 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -94,6 +96,44 @@ def _image(data: bytes) -> np.ndarray:
     return np.array(image)
 
 
+#: JPEG colour spaces (``simplejpeg.decode_jpeg_header``'s names) that simplejpeg decodes to the
+#: same array as Pillow, and the target it is asked for; CMYK and YCCK files go to Pillow.
+_SIMPLEJPEG_SPACES = {"YCbCr": "RGB", "RGB": "RGB", "Gray": "GRAY"}
+
+
+@cache
+def _simplejpeg() -> Any:
+    """The ``simplejpeg`` module, or None when it is not installed (Pillow then decodes JPEGs)."""
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
+def _jpeg(data: bytes) -> np.ndarray:
+    """A JPEG as ``_image`` decodes it, but through simplejpeg when it is installed: the same
+    libjpeg-turbo decode (ISLOW IDCT, fancy upsampling, as Pillow sets it), without Pillow's
+    per-image file object, plugin lookup and RGB -> RGBX -> RGB copies: ~50 us instead of ~160 us for a
+    128x128 frame (tools/bench/rlds.py). The arrays are equal to Pillow's bit for bit
+    (tests/test_decode_jpeg.py pins it for every chroma subsampling, grey and progressive files).
+
+    simplejpeg's strict mode refuses what libjpeg only warns about (extra bytes, a premature end);
+    such files, CMYK/YCCK ones and non-JPEG bytes under a JPEG name go to Pillow, which decodes or
+    names the damage exactly as before.
+    """
+    sj = _simplejpeg()
+    if sj is not None:
+        try:
+            target = _SIMPLEJPEG_SPACES.get(sj.decode_jpeg_header(data)[2])
+            if target is not None:
+                out = sj.decode_jpeg(data, colorspace=target)
+                return out.reshape(out.shape[:2]) if target == "GRAY" else out  # type: ignore[no-any-return]
+        except ValueError:
+            pass
+    return _image(data)
+
+
 def _msgpack(data: bytes) -> Any:
     try:
         import msgpack
@@ -118,6 +158,7 @@ DEFAULT_DECODERS: dict[str, Decoder] = {
     "npz": _npz,
     **dict.fromkeys(("msgpack", "mpk", "mp"), _msgpack),
     **dict.fromkeys(_IMAGE_EXTENSIONS, _image),
+    **dict.fromkeys(("jpg", "jpeg", "jpe", "jfif"), _jpeg),
     **dict.fromkeys(_VIDEO_EXTENSIONS, _bytes),
 }
 #: Extensions that need unpickling: decoded only when ``allow_pickle=True`` (by ``safepickle.loads``).

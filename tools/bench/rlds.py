@@ -9,8 +9,14 @@ Figures (warm page cache, one thread, fixed seed):
 - import: ``import_rlds`` of the whole folder (steps/s, source MB/s);
 - random step, decoded (JPEG decoded to HWC uint8 + state + action) and raw (image bytes + state +
   action): ``shardstore.episodes(ds).step(e, t)`` against an indexed TFRecord reader, given the byte
-  offset of every episode's record for free (it seeks there, reads the record, parses the whole
-  ``tf.train.Example`` with protobuf's C parser, takes step t; CRCs not checked, to its advantage);
+  offset and length of every episode's record for free (the shards memory-mapped, a parse of the
+  whole ``tf.train.Example`` straight from the mapping with protobuf's upb parser into a fresh
+  message, step t taken; CRCs not checked, to its advantage; ``IndexedTFRecord`` says why this is its
+  best form). Both decode the JPEG with the library's decoder (``shardstore.decode``: simplejpeg when
+  installed, else Pillow), so the ratio measures the readers;
+- the parts that bound the ratios, on the same pairs: the JPEG decode alone (the library's decoder,
+  and Pillow's ``Image.open`` for reference), the peer's parse alone, and the peer reading with one
+  ``os.pread`` instead; the decoded ratio can never exceed (peer raw + decode) / decode, the "cap";
 - TFDS: ``tfds.builder_from_directory(...).as_dataset()`` iterated over every step (images decoded),
   in the TensorFlow venv (``--tfds-python``; skipped when missing), as steps/s: the sequential rate
   a TFDS pipeline reaches, the best case of a shuffle buffer.
@@ -27,9 +33,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import mmap
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -46,6 +52,7 @@ import numpy as np  # noqa: E402
 import shardstore  # noqa: E402
 from shardstore.convert.rlds import import_rlds, write_rlds  # noqa: E402
 from shardstore.convert.tfrecord import example_class, iter_records  # noqa: E402
+from shardstore.decode import DEFAULT_DECODERS  # noqa: E402
 from shardstore.episodes import Episode, EpisodeStream, FieldSpec, Schema  # noqa: E402
 
 SEED = 20240601
@@ -74,7 +81,12 @@ def jpeg(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def decode_jpeg(data: bytes) -> np.ndarray:
+#: The library's decoder of .jpg parts: what a user of shardstore gets; the peer uses it too.
+decode_jpeg = DEFAULT_DECODERS["jpg"]
+
+
+def pillow_jpeg(data: bytes) -> np.ndarray:
+    """Pillow's decode, for reference (what both readers would pay without simplejpeg)."""
     from PIL import Image
 
     return np.asarray(Image.open(io.BytesIO(data)))
@@ -114,28 +126,58 @@ def make_source(out: str, episodes: int, steps: int, size: int) -> None:
 
 
 class IndexedTFRecord:
-    """The peer: an offset table of every episode's record (built beforehand, not timed); a step is
-    seek + read the record + parse the whole Example + take step t."""
+    """The peer: a table of every episode's record (file, payload offset and length; built
+    beforehand, not timed); a step is a parse of the whole Example (upb) + step t taken from its
+    lists, then the same JPEG decode as ours.
 
-    def __init__(self, folder: str) -> None:
-        self.files: list[Any] = []
-        self.where: list[tuple[int, int]] = []  # episode -> (file, offset)
+    Where the payload comes from and into what it is parsed matter more than the parse itself, so
+    ``read`` picks the best of what was measured (tools/bench/rlds.py's ``peer_variants`` figures):
+    ``"mmap"`` (the default: the shards memory-mapped, the payload parsed straight from a
+    memoryview of the page cache, no syscall, no 440 KB buffer allocated per step), ``"pread"`` (one
+    ``os.pread`` of the payload). Each parse makes a fresh message: parsing again into one kept
+    message (``ParseFromString``), as this peer first did, was ~7x slower (429 us a step instead of
+    64 at 500 x 100 steps) and its memory grew with every parse (upb allocates each parse in the
+    message's arena, which is freed only with the message: 23 GB after a few thousand 4.4 MB records).
+    """
+
+    def __init__(self, folder: str, read: str = "mmap") -> None:
+        from google.protobuf.internal import api_implementation
+
+        self.backend = api_implementation.Type()
+        assert self.backend == "upb", f"protobuf's {self.backend} backend: the peer would be slowed, install protobuf>=4.22"
+        self.fds: list[int] = []
+        self.maps: list[memoryview] = []
+        self.where: list[tuple[int, int, int]] = []  # episode -> (file, payload offset, payload length)
         for i, name in enumerate(sorted(p for p in os.listdir(folder) if ".tfrecord-" in p)):
             path = os.path.join(folder, name)
             with open(path, "rb") as f:
-                self.where += [(i, r.offset) for r in iter_records(f, path)]
-            self.files.append(open(path, "rb"))
-        self.msg = example_class()()
+                self.where += [(i, r.offset + 12, len(r.payload)) for r in iter_records(f, path)]
+            self.fds.append(os.open(path, os.O_RDONLY))
+            if read == "mmap":
+                self.maps.append(memoryview(mmap.mmap(self.fds[-1], 0, prot=mmap.PROT_READ)))
+        self.payload = self._mapped if read == "mmap" else self._pread
+        self.cls = example_class()
+
+    def _mapped(self, e: int) -> memoryview:
+        i, offset, length = self.where[e]
+        return self.maps[i][offset : offset + length]
+
+    def _pread(self, e: int) -> bytes:
+        i, offset, length = self.where[e]
+        return os.pread(self.fds[i], length, offset)
+
+    def close(self) -> None:
+        for m in self.maps:
+            m.release()  # the mmap objects close when collected
+        for fd in self.fds:
+            os.close(fd)
+
+    def parse(self, e: int, t: int, decode: bool) -> Any:
+        """The read and parse alone."""
+        return self.cls.FromString(self.payload(e))
 
     def step(self, e: int, t: int, decode: bool) -> tuple[Any, np.ndarray, np.ndarray]:
-        i, offset = self.where[e]
-        f = self.files[i]
-        f.seek(offset)
-        (length,) = struct.unpack("<Q", f.read(12)[:8])
-        payload = f.read(length)
-        msg = self.msg
-        msg.ParseFromString(payload)
-        feat = msg.features.feature
+        feat = self.parse(e, t, decode).features.feature
         img = feat["steps/observation/image"].bytes_list.value[t]
         state = np.array(feat["steps/observation/state"].float_list.value[t * STATE : (t + 1) * STATE], np.float32)
         action = np.array(feat["steps/action"].float_list.value[t * ACTION : (t + 1) * ACTION], np.float32)
@@ -151,11 +193,22 @@ def ours(view: Any) -> Callable[[int, int, bool], tuple[Any, np.ndarray, np.ndar
     return step
 
 
+def decode_only(images: dict[tuple[int, int], bytes], decoder: Callable[[bytes], np.ndarray]) -> Callable[[int, int, bool], Any]:
+    """The JPEG decode of step (e, t)'s image, nothing else."""
+    return lambda e, t, decode: decoder(images[e, t])
+
+
 def timed(fn: Callable[[int, int, bool], Any], pairs: list[tuple[int, int]], decode: bool) -> tuple[float, float]:
     t0, c0 = time.perf_counter(), time.process_time()
     for e, t in pairs:
         fn(e, t, decode)
     return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _decoder_is_simplejpeg() -> bool:
+    from shardstore import decode
+
+    return decode._simplejpeg() is not None
 
 
 def run_tfds(python: str, folder: str) -> dict[str, Any] | None:
@@ -198,6 +251,7 @@ def main() -> None:
         log(f"import: {rep.episodes} episodes, {steps_total} steps, {src_bytes / 1e6:.0f} MB in {imp_wall:.1f} s")
         view = shardstore.episodes(ds)
         peer = IndexedTFRecord(src)
+        variants = {"pread": IndexedTFRecord(src, read="pread")}
         for folder in (src, ds):  # warm the page cache for both
             for dirpath, _, names in os.walk(folder):
                 for n in names:
@@ -208,8 +262,10 @@ def main() -> None:
         pairs = [(int(rng.integers(args.episodes)), int(rng.integers(args.steps))) for _ in range(args.reads)]
         mine = ours(view)
         for e, t in pairs[:50]:  # the same values from both
-            a, b = mine(e, t, True), peer.step(e, t, True)
-            assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)), (e, t)
+            a = mine(e, t, True)
+            for reader in (peer, *variants.values()):
+                b = reader.step(e, t, True)
+                assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True)), (e, t)
         results: dict[str, Any] = {
             "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load_avg_1m": os.getloadavg()[0]},
             "data": {"episodes": args.episodes, "steps": args.steps, "image": f"{args.size}x{args.size}x3 jpeg",
@@ -217,20 +273,48 @@ def main() -> None:
             "import": {"wall_s": round(imp_wall, 2), "cpu_s": round(imp_cpu, 2),
                        "steps_per_s": round(steps_total / imp_wall), "mb_per_s": round(src_bytes / 1e6 / imp_wall, 1)},
         }
-        for decode in (True, False):
-            best: dict[str, list[float]] = {"shardstore": [1e9, 1e9], "indexed_tfrecord": [1e9, 1e9]}
-            for _ in range(args.repeat):
-                for name, fn in (("shardstore", mine), ("indexed_tfrecord", peer.step)):
-                    w, c = timed(fn, pairs, decode)
-                    best[name] = [min(best[name][0], w), min(best[name][1], c)]
-            key = "random_step_decoded" if decode else "random_step_raw"
+        results["machine"]["protobuf_backend"] = peer.backend
+        results["machine"]["jpeg_decoder"] = "simplejpeg" if _decoder_is_simplejpeg() else "pillow"
+        images = {(e, t): view.step(e, t)["observation.image"] for e, t in pairs}
+        loops: dict[str, tuple[Callable[[int, int, bool], Any], bool]] = {
+            "shardstore_decoded": (mine, True), "peer_decoded": (peer.step, True),
+            "shardstore_raw": (mine, False), "peer_raw": (peer.step, False),
+            "peer_parse_only": (peer.parse, False), "decode_only": (decode_only(images, decode_jpeg), True),
+            "pillow_decode_only": (decode_only(images, pillow_jpeg), True),
+            **{f"variant_{k}": (v.step, False) for k, v in variants.items()},
+        }
+        best = {name: [1e9, 1e9] for name in loops}
+        for _ in range(args.repeat):  # interleaved: a burst of load hits every loop alike
+            for name, (fn, decode) in loops.items():
+                w, c = timed(fn, pairs, decode)
+                best[name] = [min(best[name][0], w), min(best[name][1], c)]
+        us = {name: (w / args.reads * 1e6, c / args.reads * 1e6) for name, (w, c) in best.items()}
+        for key, suffix in (("random_step_decoded", "decoded"), ("random_step_raw", "raw")):
             results[key] = {
-                name: {"steps_per_s": round(args.reads / w), "us_per_step_wall": round(w / args.reads * 1e6, 1),
-                       "us_per_step_cpu": round(c / args.reads * 1e6, 1)}
-                for name, (w, c) in best.items()
+                label: {"steps_per_s": round(1e6 / us[f"{name}_{suffix}"][0]),
+                        "us_per_step_wall": round(us[f"{name}_{suffix}"][0], 1),
+                        "us_per_step_cpu": round(us[f"{name}_{suffix}"][1], 1)}
+                for label, name in (("shardstore", "shardstore"), ("indexed_tfrecord", "peer"))
             }
-            results[key]["ratio_wall"] = round(best["indexed_tfrecord"][0] / best["shardstore"][0], 2)
-            results[key]["ratio_cpu"] = round(best["indexed_tfrecord"][1] / best["shardstore"][1], 2)
+            for i, clock in enumerate(("wall", "cpu")):
+                results[key][f"ratio_{clock}"] = round(us[f"peer_{suffix}"][i] / us[f"shardstore_{suffix}"][i], 2)
+        # what bounds the decoded ratio: both readers pay the decode, so even a free read of ours gives
+        # (peer raw + decode) / decode
+        results["parts_us_per_step"] = {
+            clock: {"jpeg_decode": round(us["decode_only"][i], 1), "pillow_jpeg_decode": round(us["pillow_decode_only"][i], 1),
+                    "peer_parse": round(us["peer_parse_only"][i], 1),
+                    "peer_take_step": round(us["peer_raw"][i] - us["peer_parse_only"][i], 1),
+                    "shardstore_read_and_parts": round(us["shardstore_raw"][i], 1),
+                    "decoded_ratio_cap": round((us["peer_raw"][i] + us["decode_only"][i]) / us["decode_only"][i], 2),
+                    "decoded_ratio_cap_pillow": round((us["peer_raw"][i] + us["pillow_decode_only"][i]) / us["pillow_decode_only"][i], 2)}
+            for i, clock in enumerate(("wall", "cpu"))
+        }
+        results["peer_variants_raw_us_per_step"] = {
+            "mmap (the peer)": {"wall": round(us["peer_raw"][0], 1), "cpu": round(us["peer_raw"][1], 1)},
+            **{k: {"wall": round(us[f"variant_{k}"][0], 1), "cpu": round(us[f"variant_{k}"][1], 1)} for k in variants},
+        }
+        for reader in (peer, *variants.values()):
+            reader.close()
         tf = run_tfds(args.tfds_python, src)
         if tf is not None:
             results["tfds_as_dataset"] = tf
