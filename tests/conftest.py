@@ -15,7 +15,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 from leftovers import pytest_sessionfinish  # noqa: E402, F401  (a run that leaves a process behind fails)
 from make_dataset import make_dataset  # noqa: E402
 
-
 _POLICY = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
 
 
