@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,6 +15,14 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from leftovers import pytest_sessionfinish  # noqa: E402, F401  (a run that leaves a process behind fails)
 from make_dataset import make_dataset  # noqa: E402
+
+# A run started in the background from a non-interactive shell (`make test &`, nohup, some CI
+# runners) has SIGINT ignored, and an ignored signal survives exec: Python in every child would then
+# install no KeyboardInterrupt handler, and the Ctrl-C a test sends would be lost (the prepare runs
+# on, the test times out). The test process takes Python's handler back; its children start with
+# the default disposition whatever started the run.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _POLICY = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
 

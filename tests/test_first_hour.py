@@ -224,6 +224,12 @@ def test_tests_reset_the_signals_a_background_run_ignores(monkeypatch: pytest.Mo
     assert plain == str(int(signal.SIG_IGN)) and "default_int_handler" in reset
 
 
+def test_the_test_process_does_not_ignore_sigint() -> None:
+    """Started with SIGINT ignored (`make test &` from a script), the suite takes Python's handler
+    back (tests/conftest.py), so every child it starts can be stopped with Ctrl-C as a user's is."""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_demo_data_stamp_is_json(tmp_path: Path) -> None:
     """The demo reuses shards only when its stamp says they were made with the same options."""
     sys.path.insert(0, str(TOOLS))
