@@ -142,3 +142,54 @@ def test_prepare_media_adds_to_a_prepared_dataset(prepared: Path) -> None:
     assert json.loads(result.stdout)["kind"] == "dataset"
     assert (prepared / ".nv-meta" / "index.uuid").read_text() != uuid_before
     assert len(shardstore.open(str(prepared))) == 75  # the sample tables are kept
+
+
+def _jpegs() -> dict[str, bytes]:
+    """JPEGs of the kinds a dataset holds, written by Pillow."""
+    import io
+
+    from PIL import Image
+
+    def save(im: Image.Image, **kw: object) -> bytes:
+        buf = io.BytesIO()
+        im.save(buf, "JPEG", **kw)
+        return buf.getvalue()
+
+    rgb = Image.radial_gradient("L").convert("RGB").resize((97, 61))
+    exif = Image.Exif()
+    exif[0x010F] = "shardstore"  # Make
+    icc = b"\0" * 128 + b"acsp" + b"\0" * 400
+    out = {
+        "rgb": save(rgb), "grey": save(rgb.convert("L")), "cmyk": save(rgb.convert("CMYK")),
+        "progressive": save(rgb, progressive=True), "optimized": save(rgb, optimize=True, quality=40),
+        "exif+icc+comment": save(rgb, exif=exif.tobytes(), icc_profile=icc, comment=b"hello"),
+        "subsampling 4:4:4": save(rgb, subsampling=0), "restart markers": save(rgb, restart_marker_blocks=2),
+    }
+    mpo = io.BytesIO()
+    rgb.save(mpo, "MPO", save_all=True, append_images=[rgb.rotate(90)])
+    out["mpo (two pictures)"] = mpo.getvalue()
+    return out
+
+
+def test_jpeg_fast_path_gives_what_pillow_gives() -> None:
+    """The probe's own JPEG header parse returns Pillow's metadata for plain JPEGs and leaves
+    anything else (an MPO, a cut-off header, not a JPEG) to Pillow: the rows stay Energon's."""
+    import io
+
+    from PIL import Image
+
+    from shardstore.media import _image_metadata, jpeg_metadata
+
+    for kind, data in _jpegs().items():
+        with Image.open(io.BytesIO(data)) as im:
+            pillow = {"width": im.width, "height": im.height, "format": im.format, "mode": im.mode}
+        fast = jpeg_metadata(data)
+        if kind.startswith("mpo"):
+            assert fast is None and pillow["format"] == "MPO", kind
+        else:
+            assert fast == pillow, kind
+        assert _image_metadata(io.BytesIO(data), kind) == pillow, kind  # the probe, either path
+    rgb = _jpegs()["rgb"]
+    sos = rgb.index(b"\xff\xda")
+    assert jpeg_metadata(rgb[:sos]) is None and jpeg_metadata(b"\x89PNG\r\n") is None
+    assert jpeg_metadata(rgb[:20] + b"junk" + rgb[20:]) is None
