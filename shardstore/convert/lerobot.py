@@ -30,6 +30,7 @@ from typing import IO, Any, Literal
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
+from ..episodes.packets import PACKETS_FILE, index_packets, save_packets
 from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
 from ..errors import LeRobotFormatError
 from ..storage import Storage, open_storage
@@ -303,7 +304,8 @@ def import_lerobot(
     names = sorted(stream.video_files)
     schema = stream.schema
     if names:
-        schema = replace(schema, attrs={**schema.attrs, "video_store": VIDEO_STORE, "video_files": names})
+        attrs = {"video_store": VIDEO_STORE, "video_files": names, "video_packets": PACKETS_FILE}
+        schema = replace(schema, attrs={**schema.attrs, **attrs})
     writer = EpisodeWriter(
         out,
         schema=schema,
@@ -337,7 +339,8 @@ def import_lerobot(
 
 
 def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list[str], root: str) -> int:
-    """The video files whole as members of tar shards under ``root``, prepared; returns their bytes."""
+    """The video files whole as members of tar shards under ``root``, prepared, with their packet
+    index (``packets.npz``: files that do not qualify left out); returns their bytes."""
     from ..prepare import prepare
 
     os.makedirs(root)
@@ -363,6 +366,8 @@ def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list
     finally:
         if shard is not None:
             shard.close()
+    indexes = {name: index_packets(files[name], name) for name in names}
+    save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
     prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
     return total
 
