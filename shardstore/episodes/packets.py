@@ -12,10 +12,11 @@ kept reformatter. No container is opened, nothing seeks; consecutive frames of a
 continue from where the decoder stands.
 
 Only plain files qualify, where decoding from a keyframe gives exactly what PyAV's own decode of
-the whole file gives: the first packet a keyframe at pts 0, presentation order = decode order
-(no B-frame reordering), packets laid out in file order, each packet's bytes exactly the file's
-bytes at its offset (no demuxer rewriting), no discarded packets (edit lists). Other files get
-no entry and are read through the demuxer (``video.FrameDecoder``'s fallback).
+the whole file gives: the first packet a keyframe, closed groups of pictures (no frame decoded
+after a keyframe is shown before it: B-frames are fine, HEVC's open GOPs are not), packets laid out
+in file order, each packet's bytes exactly the file's bytes at its offset (no demuxer rewriting),
+no discarded packets (edit lists). Other files get no entry and are read through the demuxer
+(``video.FrameDecoder``'s fallback).
 
 The index of a dataset is ``packets.npz`` in its video store: arrays only (loaded without pickle),
 checked against each member's size before any byte is read, since a dataset's files are untrusted.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +38,15 @@ import numpy as np
 
 from ..errors import DecodeError
 
-__all__ = ["PacketIndex", "PacketSource", "PacketReader", "index_packets", "save_packets", "load_packets", "PACKETS_FILE"]
+__all__ = [
+    "PacketIndex",
+    "PacketSource",
+    "PacketReader",
+    "index_packets",
+    "save_packets",
+    "load_packets",
+    "PACKETS_FILE",
+]
 
 #: The packet index of a video store, beside its shards.
 PACKETS_FILE = "packets.npz"
@@ -61,15 +71,37 @@ class PacketIndex:
     time_base: Fraction
     pos: np.ndarray  # int64 byte offset of each packet in the file
     size: np.ndarray  # int64 byte size
-    pts: np.ndarray  # int64, strictly increasing
+    pts: np.ndarray  # int64, each packet's presentation time
     key: np.ndarray  # bool
-    last_key: np.ndarray = field(init=False, repr=False)  # per packet, the keyframe at or before it
-    step: int = field(init=False, repr=False)  # one frame's duration in pts
+    # derived: per packet the keyframe at or before it (decode order); the pts sorted (presentation
+    # order); per frame (presentation order) its packet, and the last packet the decoder needs
+    # before it can give the frame; one frame's duration in pts
+    last_key: np.ndarray = field(init=False, repr=False)
+    shown: np.ndarray = field(init=False, repr=False)
+    packet: np.ndarray = field(init=False, repr=False)
+    reach: np.ndarray = field(init=False, repr=False)
+    step: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         keys = np.where(self.key, np.arange(len(self.key)), -1)
-        object.__setattr__(self, "last_key", np.maximum.accumulate(keys) if len(keys) else keys)
-        object.__setattr__(self, "step", int(self.pts[1] - self.pts[0]) if len(self.pts) > 1 else 1)
+        order = np.argsort(self.pts, kind="stable")
+        shown = self.pts[order]
+        derived = {
+            "last_key": np.maximum.accumulate(keys) if len(keys) else keys,
+            "shown": shown,
+            "packet": order,
+            "reach": np.maximum.accumulate(order) if len(order) else order,
+            "step": int(shown[1] - shown[0]) if len(shown) > 1 else 1,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    def plain(self) -> bool:
+        """Whether decoding from any keyframe gives exactly what decoding the whole file gives:
+        times unique, keyframe first, no frame after a keyframe shown before it (closed GOPs)."""
+        if not len(self.pts) or not self.key[0] or (np.diff(self.shown) <= 0).any():
+            return False
+        return bool((self.pts >= self.pts[self.last_key]).all())
 
     @property
     def kind(self) -> Kind:
@@ -84,14 +116,14 @@ class PacketIndex:
         """The frame shown at ``timestamp`` seconds: the first within half a frame of it."""
         target = round(timestamp / self.time_base)
         half = max(1, self.step) // 2
-        i = int(np.searchsorted(self.pts, target - half))
-        if i >= len(self.pts) or self.pts[i] > target + half:
+        i = int(np.searchsorted(self.shown, target - half))
+        if i >= len(self.shown) or self.shown[i] > target + half:
             raise DecodeError(f"no frame at {timestamp:.6f} s (the video ends or skips it)", path=name)
         return i
 
     def keyframe_before(self, i: int) -> int:
-        """The packet number of the last keyframe at or before frame ``i``."""
-        return int(self.last_key[i])
+        """The packet number of the keyframe to decode frame ``i`` (presentation order) from."""
+        return int(self.last_key[self.packet[i]])
 
     def check(self, member_size: int, name: str) -> None:
         """Every packet inside the file's ``member_size`` bytes: the index is untrusted data."""
@@ -135,7 +167,7 @@ def index_packets(open_file: Callable[[], IO[bytes]], name: str) -> PacketIndex 
                 size.append(p.size)
                 pts.append(p.pts)
                 key.append(p.is_keyframe)
-            if not pts or pts[0] != 0 or not key[0] or cc.width <= 0 or cc.height <= 0:
+            if not pts or cc.width <= 0 or cc.height <= 0:
                 return None
             index = PacketIndex(
                 codec=cc.codec.name,
@@ -151,8 +183,8 @@ def index_packets(open_file: Callable[[], IO[bytes]], name: str) -> PacketIndex 
             )
     except (av.error.FFmpegError, ValueError) as e:
         raise DecodeError(f"cannot read the video: {e}", path=name) from e
-    if (np.diff(index.pts) <= 0).any() or (index.pos[1:] < index.pos[:-1] + index.size[:-1]).any():
-        return None  # reordered frames, or packets out of file order
+    if not index.plain() or (index.pos[1:] < index.pos[:-1] + index.size[:-1]).any():
+        return None  # open GOPs, or packets out of file order
     return index if _same_bytes(open_file, index) else None
 
 
@@ -227,11 +259,11 @@ def load_packets(data: bytes, where: str) -> dict[str, PacketIndex]:
                 pts=pts[lo:hi],
                 key=key[lo:hi],
             )
-            if not index.key[0] or (np.diff(index.pts) <= 0).any():
-                raise ValueError(f"file {f['name']!r}: no keyframe first, or times out of order")
+            if not index.plain():
+                raise ValueError(f"file {f['name']!r}: not a file the index may describe")
             out[str(f["name"])] = index
         return out
-    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, OSError) as e:
+    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, OSError, zipfile.BadZipFile) as e:
         raise DecodeError(f"not a packet index: {e}", path=where) from e
 
 
@@ -239,8 +271,9 @@ def load_packets(data: bytes, where: str) -> dict[str, PacketIndex]:
 class _Decoder:
     """A decoder for one kind of video and where it stands: the file and the last packet sent."""
 
-    def __init__(self, av: Any, index: PacketIndex) -> None:
+    def __init__(self, av: Any, index: PacketIndex, restarts: dict[str, int]) -> None:
         self.av = av
+        self.restarts = restarts  # per file, how often decoding it started over at a keyframe
         self.ctx = av.CodecContext.create(index.codec, "r")
         if index.extradata:
             self.ctx.extradata = index.extradata
@@ -250,22 +283,31 @@ class _Decoder:
         self.sent = -1  # the last packet sent of ``file``
         self.shown = -1  # the pts of the last frame it gave
         self.pending: list[Any] = []  # frames given past the one asked
+        self.drained = False  # sent the end of the stream: only ``pending`` is left to give
 
     def restart(self, name: str, first: int) -> None:
-        """Forget the last file (and a drain): decode ``name`` from its packet ``first``."""
+        """Forget the last file (and a drain): decode ``name`` from its packet ``first``. Counted
+        as a restart unless it goes on where the decoder stopped (after a drain at a GOP's end)."""
+        if name != self.file or first != self.sent + 1:
+            self.restarts[name] = self.restarts.get(name, 0) + 1
         self.ctx.flush_buffers()
-        self.file, self.sent, self.shown, self.pending = name, first - 1, -1, []
+        self.file, self.sent, self.shown, self.pending, self.drained = name, first - 1, -1, [], False
 
     def to(self, name: str, index: PacketIndex, i: int, packet: Callable[[int], bytes], final: bool) -> Any:
         """Frame ``i`` of ``name`` (an ``av.VideoFrame``): decoded on from where the decoder stands
         when it stands in the same group of pictures before ``i``, else from its keyframe.
 
-        A decoder may hold a frame back until the next packet (H.264 without a promise of no
-        reordering does): when ``i`` is the ``final`` frame asked, the decoder is drained
-        instead of fed one more packet to decode, and restarts on its next use."""
-        want = int(index.pts[i])
+        A decoder holds frames back while later packets may be shown before them (B-frames;
+        H.264 without a promise of no reordering). When ``i`` is the ``final`` frame asked, every
+        packet it may wait for is sent and the next packet is a keyframe, the decoder is drained
+        instead of fed that keyframe to decode (the next frame would start over there anyway);
+        otherwise it is fed on, so that reading frame after frame never starts over."""
+        want = int(index.shown[i])
         k = index.keyframe_before(i)
+        reach = int(index.reach[i])
         if self.file != name or self.sent < k or self.shown >= want:
+            self.restart(name, k)
+        elif self.drained and all(f.pts != want for f in self.pending):
             self.restart(name, k)
         while True:
             while self.pending:
@@ -276,19 +318,20 @@ class _Decoder:
                 if frame.pts > want:
                     self.file = None
                     raise DecodeError(f"the decoder skipped frame {i} (pts {want})", path=name)
-            if self.sent >= i and final and self.file is not None:
-                self.pending = list(self.ctx.decode(None))
-                self.file = None  # drained: flushed before it decodes again
-            elif self.sent + 1 < index.frames:
+            if self.drained:
+                self.file = None
+                raise DecodeError(f"the decoder gave no frame {i} (pts {want})", path=name)
+            if (final and self.sent >= reach and self._key_next(index)) or self.sent + 1 >= index.frames:
+                self.pending = list(self.ctx.decode(None))  # what the decoder holds, nothing new
+                self.drained = True
+            else:
                 self.sent += 1
                 p = self.av.Packet(packet(self.sent))
-                p.pts = p.dts = int(index.pts[self.sent])
+                p.pts = int(index.pts[self.sent])
                 self.pending = list(self.ctx.decode(p))
-            elif self.file is not None:
-                self.pending = list(self.ctx.decode(None))  # the file's end: drain the decoder
-                self.file = None
-            else:
-                raise DecodeError(f"the decoder gave no frame {i} (pts {want})", path=name)
+
+    def _key_next(self, index: PacketIndex) -> bool:
+        return self.sent + 1 >= index.frames or bool(index.key[self.sent + 1])
 
 
 class PacketReader:
@@ -301,13 +344,14 @@ class PacketReader:
         self._decoders: dict[Kind, _Decoder] = {}
         self._reformatters: dict[Kind, Any] = {}
         self._kept: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self.restarts: dict[str, int] = {}
 
     def frames(
         self, name: str, index: PacketIndex, read: Callable[[int, int], bytes], wanted: Iterable[int]
     ) -> list[np.ndarray]:
         """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB, in the order asked.
         ``read(offset, size)`` gives the file's bytes; the packets all the frames need are read
-        in one go (from the keyframe before the first to the last frame)."""
+        in one go (from the keyframe before the first through the last packet the last needs)."""
         wanted = list(wanted)
         got = {i: self._kept[(name, i)] for i in wanted if (name, i) in self._kept}
         todo = sorted(set(wanted) - set(got))
@@ -315,24 +359,26 @@ class PacketReader:
             kind = index.kind
             decoder = self._decoders.get(kind)
             if decoder is None:
-                decoder = self._decoders[kind] = _Decoder(self.av, index)
+                decoder = self._decoders[kind] = _Decoder(self.av, index, self.restarts)
             reformatter = self._reformatters.get(kind)
             if reformatter is None:
                 reformatter = self._reformatters[kind] = self.av.video.reformatter.VideoReformatter()
             first = index.keyframe_before(todo[0])
-            if decoder.file == name and first <= decoder.sent < todo[0]:
-                first = decoder.sent + 1
-            lo, last = int(index.pos[first]), todo[-1]
-            data = read(lo, int(index.pos[last] + index.size[last]) - lo)
+            on = decoder.file == name and not decoder.drained and decoder.shown < index.shown[todo[0]]
+            if on and first <= decoder.sent:
+                first = decoder.sent + 1  # decoding on from where the decoder stands
+            last = int(index.reach[todo[-1]])
+            lo = int(index.pos[min(first, last)])
+            data = read(lo, int(index.pos[last] + index.size[last]) - lo) if first <= last else b""
 
             def packet(j: int) -> bytes:
-                start = int(index.pos[j]) - lo
-                if start < 0 or j > last:  # outside what was read (a decoder with a delay)
-                    return read(int(index.pos[j]), int(index.size[j]))
-                return data[start : start + int(index.size[j])]
+                start, n = int(index.pos[j]) - lo, int(index.size[j])
+                if start < 0 or start + n > len(data):  # outside what was read (a restart)
+                    return read(int(index.pos[j]), n)
+                return data[start : start + n]
 
             for i in todo:
-                frame = decoder.to(name, index, i, packet, i == last)
+                frame = decoder.to(name, index, i, packet, i == todo[-1])
                 got[i] = reformatter.reformat(frame, format="rgb24").to_ndarray()
                 self._keep((name, i), got[i])
         return [got[i] for i in wanted]

@@ -315,10 +315,17 @@ class FrameDecoder:
         index = source.index
         return self._reader.frames(name, index, source.read, [index.frame_at(t, name) for t in timestamps])
 
+    def indexed(self, name: str) -> bool:
+        """Whether ``name`` is read at the packet level (else through the demuxer)."""
+        with self._lock:
+            return self._source(name) is not None
+
     def seeks(self, name: str) -> int:
-        """How often the open video ``name`` was sought (0 if it is not open)."""
+        """How often reading ``name`` started over at a keyframe: seeks of its open container,
+        restarts of the decoder reading its packets (0 if it was not read)."""
         video = self._open.get(name)
-        return 0 if video is None else video.seeks
+        restarts = self._reader.restarts.get(name, 0) if self._reader is not None else 0
+        return restarts + (0 if video is None else video.seeks)
 
     def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
         """The frames of ``refs`` in order; a run of refs to one file is read in one go (indexed
