@@ -195,7 +195,7 @@ class Floor:
                 p = av.Packet(data[index.pos[j] : index.pos[j] + index.size[j]])
                 p.pts = p.dts = int(index.pts[j])
                 got += ctx.decode(p)
-            if len(got) < last - first + 1:
+            if not got or got[-1].pts != index.shown[last]:
                 got += ctx.decode(None)  # a decoder that holds a frame back (H.264): drain it
             shown = got[first - last - 1 :]
             out[key] = [self.reformatter.reformat(f, format="rgb24").to_ndarray() for f in shown]
