@@ -129,9 +129,10 @@ class PacketIndex:
         """Every packet inside the file's ``member_size`` bytes: the index is untrusted data."""
         bad = (self.pos < 0) | (self.size <= 0) | (self.pos + self.size > member_size)
         if bad.any():
-            i = int(np.flatnonzero(bad)[0])
+            j = int(np.flatnonzero(bad)[0])
+            frame = int(np.flatnonzero(self.packet == j)[0])
             raise DecodeError(
-                f"packet index: frame {i} at bytes {int(self.pos[i])}+{int(self.size[i])} "
+                f"packet index: frame {frame} (packet {j}) at bytes {int(self.pos[j])}+{int(self.size[j])} "
                 f"lies outside the video's {member_size} bytes",
                 path=name,
             )
@@ -219,12 +220,12 @@ def save_packets(indexes: Mapping[str, PacketIndex], path: str) -> None:
         for n, i in indexes.items()
     ]
     counts = [indexes[n].frames for n in names]
-    arrays = {
+    arrays: dict[str, Any] = {
         a: np.concatenate([getattr(indexes[n], a) for n in names]) if names else np.empty(0, dtype)
         for a, dtype in (("pos", np.int64), ("size", np.int64), ("pts", np.int64), ("key", np.bool_))
     }
     with open(path, "wb") as f:
-        np.savez(
+        np.savez_compressed(
             f,
             files=np.frombuffer(json.dumps(files).encode(), np.uint8),
             start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64),
@@ -378,8 +379,12 @@ class PacketReader:
                 return data[start : start + n]
 
             for i in todo:
-                frame = decoder.to(name, index, i, packet, i == todo[-1])
-                got[i] = reformatter.reformat(frame, format="rgb24").to_ndarray()
+                try:
+                    frame = decoder.to(name, index, i, packet, i == todo[-1])
+                    got[i] = reformatter.reformat(frame, format="rgb24").to_ndarray()
+                except self.av.error.FFmpegError as e:
+                    decoder.file = None  # in an unknown state: flushed before its next use
+                    raise DecodeError(f"frame {i}: {e}", path=name) from e
                 self._keep((name, i), got[i])
         return [got[i] for i in wanted]
 

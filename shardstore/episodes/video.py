@@ -2,7 +2,10 @@
 
 A video field (``FieldSpec.kind == "video"``) keeps its mp4 files whole elsewhere (an auxiliary
 dataset of the import); each step holds a ``VideoRef``: the file's name there, the frame's
-presentation time in seconds and its frame number in the file. Reading a frame is then:
+presentation time in seconds and its frame number in the file. Reading a frame is then, for a
+file of the store's packet index (``packets``: the usual case), one range read of its packets and a
+decoder kept per kind of video; for any other file (the index leaves it out, or the caller gives
+no ``packets``) the demuxer path:
 
 - bytes come through ``RangeFile``, a read-only file object over ``Storage.read_at`` (``os.pread``
   locally, a range GET on S3) of the member's byte range inside its tar shard, read in blocks with

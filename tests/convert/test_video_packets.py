@@ -192,7 +192,7 @@ def test_packets_outside_the_member_are_refused(imported: Path, tmp_path: Path) 
     indexes[name].size[3] = 10**9  # frame 3 reaches past the file
     save_packets(indexes, str(path))
     view = shardstore.episodes(str(bad))
-    with pytest.raises(DecodeError, match=r"episode_000000\.mp4.*frame 3 .* outside the video's \d+ bytes"):
+    with pytest.raises(DecodeError, match=r"episode_000000\.mp4.*frame 3 \(packet 3\) .* outside the video's \d+ bytes"):
         view.step(0, 0)
     path.write_bytes(b"PK\x03\x04 not an index")
     with pytest.raises(DecodeError, match="packets.npz: not a packet index"):
