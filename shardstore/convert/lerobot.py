@@ -31,7 +31,7 @@ import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
 from ..episodes.packets import PACKETS_FILE, index_packets, save_packets
-from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
+from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef, VideoStore
 from ..errors import LeRobotFormatError
 from ..storage import Storage, open_storage
 from .lerobot_check import CheckReport, check_lerobot
@@ -366,9 +366,11 @@ def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list
     finally:
         if shard is not None:
             shard.close()
-    indexes = {name: index_packets(files[name], name) for name in names}
-    save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
     prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    # indexed from the members just written (local, and what readers will read), not the source
+    store = VideoStore(root, names)
+    indexes = {name: index_packets(lambda n=name: store.open(n), name) for name in names}
+    save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
     return total
 
 
