@@ -29,7 +29,7 @@ import json
 import os
 import zipfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import IO, Any
@@ -112,14 +112,17 @@ class PacketIndex:
     def frames(self) -> int:
         return len(self.pts)
 
-    def frame_at(self, timestamp: float, name: str) -> int:
-        """The frame shown at ``timestamp`` seconds: the first within half a frame of it."""
-        target = round(timestamp / self.time_base)
+    def frames_at(self, timestamps: Sequence[float], name: str) -> list[int]:
+        """The frame shown at each of ``timestamps`` seconds: the first within half a frame of it."""
+        target = np.round(np.asarray(timestamps, np.float64) / float(self.time_base)).astype(np.int64)
         half = max(1, self.step) // 2
-        i = int(np.searchsorted(self.shown, target - half))
-        if i >= len(self.shown) or self.shown[i] > target + half:
-            raise DecodeError(f"no frame at {timestamp:.6f} s (the video ends or skips it)", path=name)
-        return i
+        found = np.searchsorted(self.shown, target - half)
+        past = found >= len(self.shown)
+        missed = past | (self.shown[np.minimum(found, len(self.shown) - 1)] > target + half)
+        if missed.any():
+            t = timestamps[int(np.flatnonzero(missed)[0])]
+            raise DecodeError(f"no frame at {t:.6f} s (the video ends or skips it)", path=name)
+        return found.tolist()
 
     def keyframe_before(self, i: int) -> int:
         """The packet number of the keyframe to decode frame ``i`` (presentation order) from."""

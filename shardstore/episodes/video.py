@@ -316,7 +316,7 @@ class FrameDecoder:
         if self._reader is None:
             self._reader = PacketReader()
         index = source.index
-        return self._reader.frames(name, index, source.read, [index.frame_at(t, name) for t in timestamps])
+        return self._reader.frames(name, index, source.read, index.frames_at(timestamps, name))
 
     def indexed(self, name: str) -> bool:
         """Whether ``name`` is read at the packet level (else through the demuxer)."""

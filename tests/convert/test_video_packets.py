@@ -66,7 +66,7 @@ def test_index_of_plain_files(src: Path) -> None:
         index = index_packets(lambda p=path: open(p, "rb"), str(path))
         assert index is not None and index.codec == codec
         assert index.frames == LENGTHS[0] and index.key[0] and index.key[4] and not index.key[1]
-        assert index.keyframe_before(7) == 4 and index.frame_at(7 / 10, "x") == 7
+        assert index.keyframe_before(7) == 4 and index.frames_at([0.7, 0.0, 0.3], "x") == [7, 0, 3]
         data = path.read_bytes()
         assert data[index.pos[-1] + index.size[-1] :][4:8] in (b"moov", b"")  # packets end where mdat does
 
@@ -83,6 +83,8 @@ def test_random_reads_equal_pyav(src: Path, imported: Path) -> None:
     decoder = view.video.decoder
     assert all(decoder.indexed(name) for name in view.video.names)
     assert decoder._open == {}  # no container was opened
+    with pytest.raises(DecodeError, match=r"episode_000001\.mp4: no frame at 99\.000000 s"):
+        decoder.frame(next(n for n in view.video.names if n.endswith("episode_000001.mp4")), 99.0)
 
 
 def test_windows_cross_keyframes(src: Path, imported: Path) -> None:
