@@ -35,7 +35,7 @@ import numpy as np
 
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
-from .packets import PacketIndex, PacketReader, PacketSource, index_packets, load_packets
+from .packets import RGB_THREADS, PacketIndex, PacketReader, PacketSource, index_packets, load_packets
 
 __all__ = [
     "VideoRef",
@@ -232,7 +232,7 @@ class _OpenVideo:
                     continue
                 if abs(pts - target) > half:
                     break  # past the frame: no frame at this time, or landed after it
-                arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
+                arr = self.reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
                 self.frames[pts] = arr
                 if len(self.frames) > FRAMES_KEPT:
                     self.frames.popitem(last=False)

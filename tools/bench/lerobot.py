@@ -69,6 +69,7 @@ from PIL import Image  # noqa: E402
 import shardstore  # noqa: E402
 from shardstore.convert.lerobot import import_lerobot  # noqa: E402
 from shardstore.episodes import video  # noqa: E402
+from shardstore.episodes.packets import RGB_THREADS  # noqa: E402
 
 CAMS = {"observation.images.front": "av1", "observation.images.wrist": "h264"}
 SEED = 20240601
@@ -86,8 +87,9 @@ class Peer:
     def __init__(self, src: Path, fps: float) -> None:
         self.src, self.fps = src, fps
         self.info = json.loads((src / "meta/info.json").read_text())
-        # the same kept RGB converters as shardstore's decoder (not a frame's own to_ndarray, which
-        # builds a scaler per call): the comparison is about reading, not about a PyAV detail
+        # the same kept RGB converters as shardstore's decoder, one thread each (not a frame's own
+        # to_ndarray, which builds a scaler per call and runs FFmpeg's automatic threads): the
+        # comparison is about reading, not about a PyAV detail
         self.reformatters: dict[Any, Any] = {}
 
     def _data(self, ep: int) -> Path:
@@ -109,7 +111,7 @@ class Peer:
             for f in c.decode(s):
                 if f.time < first - 0.5 / self.fps:
                     continue
-                out.append(r.reformat(f, format="rgb24").to_ndarray())
+                out.append(r.reformat(f, format="rgb24", threads=RGB_THREADS).to_ndarray())
                 if f.time >= last - 0.5 / self.fps:
                     break
         return out
@@ -198,7 +200,9 @@ class Floor:
             if not got or got[-1].pts != index.shown[last]:
                 got += ctx.decode(None)  # a decoder that holds a frame back (H.264): drain it
             shown = got[first - last - 1 :]
-            out[key] = [self.reformatter.reformat(f, format="rgb24").to_ndarray() for f in shown]
+            out[key] = [
+                self.reformatter.reformat(f, format="rgb24", threads=RGB_THREADS).to_ndarray() for f in shown
+            ]
         return out
 
     def item(self, ep: int, t: int) -> Any:
