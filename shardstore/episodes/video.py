@@ -35,7 +35,15 @@ import numpy as np
 
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
-from .packets import RGB_THREADS, PacketIndex, PacketReader, PacketSource, index_packets, load_packets
+from .packets import (
+    RGB_THREADS,
+    THREADS,
+    PacketIndex,
+    PacketReader,
+    PacketSource,
+    index_packets,
+    load_packets,
+)
 
 __all__ = [
     "VideoRef",
@@ -182,7 +190,7 @@ class _OpenVideo:
         # slice threads only: frame threading adds a frame of latency per seek, and closing a
         # frame-threaded decoder left in the middle of a file can hang (seen with PyAV 18)
         self.stream.thread_type = "SLICE"
-        self.stream.codec_context.thread_count = int(os.environ.get("SHARDSTORE_VIDEO_THREADS", "1"))
+        self.stream.codec_context.thread_count = THREADS
         cc = self.stream.codec_context
         kind = (cc.name, cc.width, cc.height, cc.pix_fmt)
         if kind not in reformatters:
