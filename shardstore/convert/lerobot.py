@@ -31,7 +31,8 @@ from typing import IO, Any, ClassVar, Literal
 import numpy as np
 
 from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
+from ..episodes.packets import PACKETS_FILE, index_packets, save_packets
+from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef, VideoStore
 from ..errors import LeRobotFormatError
 from ..executors import worker_storage
 from ..storage import Storage, open_storage
@@ -357,7 +358,8 @@ def import_lerobot(
     names = sorted(stream.video_files)
     schema = stream.schema
     if names:
-        schema = replace(schema, attrs={**schema.attrs, "video_store": VIDEO_STORE, "video_files": names})
+        attrs = {"video_store": VIDEO_STORE, "video_files": names, "video_packets": PACKETS_FILE}
+        schema = replace(schema, attrs={**schema.attrs, **attrs})
     writer = EpisodeWriter(
         out,
         schema=schema,
@@ -390,7 +392,8 @@ def import_lerobot(
 
 
 def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list[str], root: str) -> int:
-    """The video files whole as members of tar shards under ``root``, prepared; returns their bytes."""
+    """The video files whole as members of tar shards under ``root``, prepared, with their packet
+    index (``packets.npz``: files that do not qualify left out); returns their bytes."""
     from ..prepare import prepare
 
     os.makedirs(root)
@@ -417,6 +420,10 @@ def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list
         if shard is not None:
             shard.close()
     prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
+    # indexed from the members just written (local, and what readers will read), not the source
+    store = VideoStore(root, names)
+    indexes = {name: index_packets(lambda n=name: store.open(n), name) for name in names}
+    save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
     return total
 
 

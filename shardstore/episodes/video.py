@@ -2,7 +2,10 @@
 
 A video field (``FieldSpec.kind == "video"``) keeps its mp4 files whole elsewhere (an auxiliary
 dataset of the import); each step holds a ``VideoRef``: the file's name there, the frame's
-presentation time in seconds and its frame number in the file. Reading a frame is then:
+presentation time in seconds and its frame number in the file. Reading a frame is then, for a
+file of the store's packet index (``packets``: the usual case), one range read of its packets and a
+decoder kept per kind of video; for any other file (the index leaves it out, or the caller gives
+no ``packets``) the demuxer path:
 
 - bytes come through ``RangeFile``, a read-only file object over ``Storage.read_at`` (``os.pread``
   locally, a range GET on S3) of the member's byte range inside its tar shard, read in blocks with
@@ -33,6 +36,15 @@ import numpy as np
 
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
+from .packets import (
+    RGB_THREADS,
+    THREADS,
+    PacketIndex,
+    PacketReader,
+    PacketSource,
+    index_packets,
+    load_packets,
+)
 
 __all__ = [
     "VideoRef",
@@ -199,7 +211,7 @@ class _OpenVideo:
         # slice threads only: frame threading adds a frame of latency per seek, and closing a
         # frame-threaded decoder left in the middle of a file can hang (seen with PyAV 18)
         self.stream.thread_type = "SLICE"
-        self.stream.codec_context.thread_count = int(os.environ.get("SHARDSTORE_VIDEO_THREADS", "1"))
+        self.stream.codec_context.thread_count = THREADS
         cc = self.stream.codec_context
         kind = (cc.name, cc.width, cc.height, cc.pix_fmt)
         if kind not in reformatters:
@@ -249,7 +261,7 @@ class _OpenVideo:
                     continue
                 if abs(pts - target) > half:
                     break  # past the frame: no frame at this time, or landed after it
-                arr = self.reformatter.reformat(frame, format="rgb24").to_ndarray()
+                arr = self.reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
                 self.frames[pts] = arr
                 if len(self.frames) > FRAMES_KEPT:
                     self.frames.popitem(last=False)
@@ -275,8 +287,16 @@ class FrameDecoder:
     with an empty cache, since a container's state cannot be shared between processes.
     """
 
-    def __init__(self, opener: Callable[[str], IO[bytes]], max_open: int = OPEN_VIDEOS) -> None:
+    def __init__(
+        self,
+        opener: Callable[[str], IO[bytes]],
+        max_open: int = OPEN_VIDEOS,
+        packets: Callable[[str], PacketSource | None] | None = None,
+    ) -> None:
         self.opener = opener
+        self.packets = packets
+        self._sources: dict[str, PacketSource | None] = {}
+        self._reader: PacketReader | None = None
         self.max_open = max_open
         self._open: OrderedDict[str, _OpenVideo] = OrderedDict()
         self._pid = os.getpid()
@@ -286,11 +306,22 @@ class FrameDecoder:
         # decoding the frame); a kept one reuses its scaler while its input stays alike
         self._reformatters: dict[tuple[Any, ...], Any] = {}
 
-    def _video(self, name: str) -> _OpenVideo:
+    def _forked(self) -> None:
         if self._pid != os.getpid():
             self._open = OrderedDict()  # inherited through fork: never touch the parent's decoders
             self._pid = os.getpid()
             self._reformatters = {}
+            self._reader = None
+
+    def _source(self, name: str) -> PacketSource | None:
+        """The packet index of ``name`` and its bytes, or None: read through the demuxer."""
+        if self.packets is None:
+            return None
+        if name not in self._sources:
+            self._sources[name] = self.packets(name)
+        return self._sources[name]
+
+    def _video(self, name: str) -> _OpenVideo:
         video = self._open.get(name)
         if video is None:
             video = _OpenVideo(import_av(), name, self.opener(name), self._reformatters)
@@ -303,17 +334,44 @@ class FrameDecoder:
 
     def frame(self, name: str, timestamp: float) -> np.ndarray:
         """The frame of ``name`` shown at ``timestamp`` seconds, HWC uint8 RGB."""
+        return self.frames([VideoRef(name, timestamp, -1)])[0]
+
+    def _frames_of(self, name: str, timestamps: list[float]) -> list[np.ndarray]:
+        self._forked()
+        source = self._source(name)
+        if source is None:
+            video = self._video(name)
+            return [video.frame(t) for t in timestamps]
+        if self._reader is None:
+            self._reader = PacketReader()
+        index = source.index
+        return self._reader.frames(name, index, source.read, index.frames_at(timestamps, name))
+
+    def indexed(self, name: str) -> bool:
+        """Whether ``name`` is read at the packet level (else through the demuxer)."""
         with self._lock:
-            return self._video(name).frame(timestamp)
+            return self._source(name) is not None
 
     def seeks(self, name: str) -> int:
-        """How often the open video ``name`` was sought (0 if it is not open)."""
+        """How often reading ``name`` started over at a keyframe: seeks of its open container,
+        restarts of the decoder reading its packets (0 if it was not read)."""
         video = self._open.get(name)
-        return 0 if video is None else video.seeks
+        restarts = self._reader.restarts.get(name, 0) if self._reader is not None else 0
+        return restarts + (0 if video is None else video.seeks)
 
     def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
-        """The frames of ``refs`` in order (sort a window by time first for the fewest seeks)."""
-        return [self.frame(r.file, r.timestamp) for r in refs]
+        """The frames of ``refs`` in order; a run of refs to one file is read in one go (indexed
+        videos: one range read and decoding forward from one keyframe)."""
+        out: list[np.ndarray] = []
+        with self._lock:
+            run = 0
+            while run < len(refs):
+                name, end = refs[run].file, run + 1
+                while end < len(refs) and refs[end].file == name:
+                    end += 1
+                out += self._frames_of(name, [r.timestamp for r in refs[run:end]])
+                run = end
+        return out
 
     def close(self) -> None:
         with self._lock:
@@ -336,12 +394,20 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
     from it. ``names`` are the files the import wrote (``Schema.attrs["video_files"]``).
     """
 
-    def __init__(self, url: str, names: Sequence[str], storage_options: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        names: Sequence[str],
+        storage_options: dict[str, Any] | None = None,
+        packets: str | None = None,
+    ) -> None:
         self.url = url
         self.names = list(names)
         self.storage_options = storage_options
+        self.packets = packets
         self._store: Any = None
         self._decoder: FrameDecoder | None = None
+        self._indexes: dict[str, PacketIndex] | None = None
 
     @property
     def store(self) -> Any:
@@ -356,10 +422,29 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
         path, rng = self.store.locate(name)
         return cast(IO[bytes], RangeFile(self.store.storage, path, rng.offset, rng.size))
 
+    def source(self, name: str) -> PacketSource | None:
+        """The packet index of the member ``name`` and a reader of its bytes, or None when the
+        file is read through the demuxer. The index comes from the store's ``packets`` file
+        (which leaves out files that do not qualify); a store written before there was one
+        (no ``packets``) has each file indexed here on first use, once per process."""
+        path, rng = self.store.locate(name)
+        if self.packets is not None:
+            if self._indexes is None:
+                where = f"{self.url.rstrip('/')}/{self.packets}"
+                self._indexes = load_packets(self.store.storage.read(self.packets), where)
+            index = self._indexes.get(name)
+        else:
+            index = index_packets(lambda: self.open(name), name)
+        if index is None:
+            return None
+        index.check(rng.size, name)
+        storage, base = self.store.storage, rng.offset
+        return PacketSource(index, lambda offset, size: storage.read_at(path, base + offset, size))
+
     @property
     def decoder(self) -> FrameDecoder:
         if self._decoder is None:
-            self._decoder = FrameDecoder(self.open)
+            self._decoder = FrameDecoder(self.open, packets=self.source)
         return self._decoder
 
     def __getitem__(self, name: str) -> Callable[[], IO[bytes]]:
@@ -375,7 +460,14 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
 
     def __getstate__(self) -> dict[str, Any]:
         # open stores and decoders stay in their process; a worker opens its own
-        return {"url": self.url, "names": self.names, "storage_options": self.storage_options}
+        return {
+            "url": self.url,
+            "names": self.names,
+            "storage_options": self.storage_options,
+            "packets": self.packets,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], state["names"], state["storage_options"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["url"], state["names"], state["storage_options"], state.get("packets")
+        )

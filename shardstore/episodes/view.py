@@ -38,6 +38,7 @@ from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .npy import decode, decode_rows, parse_header
+from .packets import PACKETS_FILE
 from .video import VideoRef, VideoStore, refs_from_bytes
 
 __all__ = ["Episodes", "episodes"]
@@ -136,7 +137,10 @@ class Episodes:
                 raise DatasetNotPreparedError("this dataset has no video store", path=self.dataset.url)
             url = self.dataset.url.rstrip("/") + "/" + str(rel)
             names = self.schema.attrs.get("video_files") or []
-            self._video = VideoStore(url, names, self.dataset.storage_options)
+            packets = self.schema.attrs.get("video_packets")
+            if packets not in (None, PACKETS_FILE):  # a name from the dataset: only the one it may be
+                raise DecodeError(f"video_packets names {packets!r}, not {PACKETS_FILE!r}", path=url)
+            self._video = VideoStore(url, names, self.dataset.storage_options, packets)
         return self._video
 
     def _frames(self, refs: list[VideoRef]) -> np.ndarray:

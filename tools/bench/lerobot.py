@@ -4,24 +4,35 @@ The data: a LeRobot v2.1 dataset written by tools/make_lerobot.py (``--episodes`
 ``observation.state`` and ``action`` vectors, one ``--size``-square camera in AV1 (libsvtav1, as
 LeRobot's recorder) and one in H.264 (libx264), keyframe every ``--gop`` frames: the recorder's
 default is 2). It is imported three times: as is (mp4s whole in the video store), the same with
-``--granularity episode`` (one sample per episode: far smaller), and with ``--frames jpg``.
+``--granularity episode`` (one sample per episode: far smaller), and with ``--frames jpg``; a
+dataset of the first ``--npy-episodes`` episodes (the same frames: the generator is deterministic)
+is imported with ``--frames npy`` (raw uint8 frames, 150 KB each at 224x224: the whole data set
+would not stay in the page cache).
 
-Figures, each per second, warm page cache, one process, fixed seed, best of ``--repeat`` runs
-interleaved so that machine load hits every reader alike:
+Figures, each per second, warm page cache (every file read once before timing), one process,
+fixed seed, best of ``--repeat`` runs interleaved so that machine load hits every reader alike:
 
 - **random frame**: a random (episode, frame) item: state + action + both cameras decoded to HWC
   uint8. Peer: what LeRobotDataset does per item, reading the source: the episode's parquet read
   with pyarrow for the row, and per camera the mp4 opened with PyAV, sought to the keyframe at or
   before the frame's timestamp and decoded forward to it. shardstore: ``episodes(ds).step(e, t)``
-  (frames decoded from the video store, open decoders cached), and ``step`` on the ``--frames jpg``
-  import with the JPEGs decoded (PIL) so it also hands out arrays.
+  (frames decoded from the video store at the packet level), ``step`` on the ``--frames jpg``
+  import with the JPEGs decoded (PIL with libjpeg-turbo: measured the cheapest installed decoder)
+  so it also hands out arrays, and on the ``--frames npy`` import (episode ``e % --npy-episodes``).
+- **decode floor**: just decoding the packets each camera's frame needs (keyframe at or before it
+  through the frame, bytes already in memory) with a warm decoder per camera, and the RGB
+  conversion: what neither reader can go below, so peer / floor caps the speed-up of any reader
+  that decodes the videos.
 - **window**: 16 consecutive frames ending at a random frame (an observation history), same three
   readers: the peer reads the rows and decodes each camera once from the keyframe before the first
-  frame through the last (one seek per camera, as LeRobot's decoder does for a set of timestamps).
+  frame through the last (one seek per camera, as LeRobot's decoder does for a set of timestamps);
+  the floor decodes from the keyframe before the first frame through the last.
 - **import**: frames/s and MB/s of ``import_lerobot`` (as is, and ``--frames jpg``), against
   ``cp -r`` of the same source files.
 
 Targets (DESIGN.md section 9): random frame >= 3x the peer, windows >= 5x, ``--frames`` >= 20x.
+Printed per reader: items per wall second and per CPU second of the process, each against the
+peer; the JSON (``--json``) holds the same.
 
 Example: python tools/bench/lerobot.py --episodes 200 --frames 300 --data /work/bench-data/lerobot
          python tools/bench/lerobot.py --episodes 8 --frames 60 --items 100   (a quick run)
@@ -58,6 +69,7 @@ from PIL import Image  # noqa: E402
 import shardstore  # noqa: E402
 from shardstore.convert.lerobot import import_lerobot  # noqa: E402
 from shardstore.episodes import video  # noqa: E402
+from shardstore.episodes.packets import RGB_THREADS  # noqa: E402
 
 CAMS = {"observation.images.front": "av1", "observation.images.wrist": "h264"}
 SEED = 20240601
@@ -75,8 +87,9 @@ class Peer:
     def __init__(self, src: Path, fps: float) -> None:
         self.src, self.fps = src, fps
         self.info = json.loads((src / "meta/info.json").read_text())
-        # the same kept RGB converters as shardstore's decoder (not a frame's own to_ndarray, which
-        # builds a scaler per call): the comparison is about reading, not about a PyAV detail
+        # the same kept RGB converters as shardstore's decoder, one thread each (not a frame's own
+        # to_ndarray, which builds a scaler per call and runs FFmpeg's automatic threads): the
+        # comparison is about reading, not about a PyAV detail
         self.reformatters: dict[Any, Any] = {}
 
     def _data(self, ep: int) -> Path:
@@ -98,7 +111,7 @@ class Peer:
             for f in c.decode(s):
                 if f.time < first - 0.5 / self.fps:
                     continue
-                out.append(r.reformat(f, format="rgb24").to_ndarray())
+                out.append(r.reformat(f, format="rgb24", threads=RGB_THREADS).to_ndarray())
                 if f.time >= last - 0.5 / self.fps:
                     break
         return out
@@ -129,18 +142,74 @@ class Peer:
         return out
 
 
+def jpeg_array(data: bytes) -> np.ndarray:
+    """A JPEG as HWC uint8: PIL (libjpeg-turbo), the format named so nothing probes; measured
+    against PyAV's mjpeg decoder (slower, and not the same pixels) and PIL with a convert()."""
+    im = Image.open(io.BytesIO(data), formats=("JPEG",))
+    return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+
+
 def jpg_item(view: Any, ep: int, t: int) -> dict[str, Any]:
     step = view.step(ep, t)
     for key in CAMS:
-        step[key] = np.asarray(Image.open(io.BytesIO(step[key])).convert("RGB"))
+        step[key] = jpeg_array(step[key])
     return step
 
 
 def jpg_window(view: Any, ep: int, t: int) -> dict[str, Any]:
     w = view.window(ep, t, WINDOW - 1, 0)
     for key in CAMS:
-        w[key] = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB")) for b in w[key]])
+        w[key] = np.stack([jpeg_array(b) for b in w[key]])
     return w
+
+
+class Floor:
+    """The decode floor: per camera, the packets from the keyframe at or before the first frame
+    through the last, bytes in memory, sent to a warm decoder (one per camera), the frames
+    converted to RGB. The packet index is shardstore's (``index_packets``) of the source files."""
+
+    def __init__(self, peer: Peer, episodes: int) -> None:
+        from shardstore.episodes.packets import index_packets
+
+        self.files: dict[tuple[int, str], tuple[Any, bytes]] = {}
+        self.decoders: dict[str, Any] = {}
+        self.reformatter = VideoReformatter()
+        for ep in range(episodes):
+            for key in CAMS:
+                path = peer._video(ep, key)
+                index = index_packets(lambda p=path: open(p, "rb"), str(path))
+                assert index is not None, path
+                self.files[(ep, key)] = (index, path.read_bytes())
+                if key not in self.decoders:
+                    ctx = av.CodecContext.create(index.codec, "r")
+                    ctx.extradata = index.extradata
+                    ctx.thread_type, ctx.thread_count = "SLICE", 1
+                    self.decoders[key] = ctx
+
+    def frames(self, ep: int, first: int, last: int) -> dict[str, list[np.ndarray]]:
+        out = {}
+        for key in CAMS:
+            index, data = self.files[(ep, key)]
+            ctx = self.decoders[key]
+            ctx.flush_buffers()
+            got = []
+            for j in range(index.keyframe_before(first), last + 1):
+                p = av.Packet(data[index.pos[j] : index.pos[j] + index.size[j]])
+                p.pts = p.dts = int(index.pts[j])
+                got += ctx.decode(p)
+            if not got or got[-1].pts != index.shown[last]:
+                got += ctx.decode(None)  # a decoder that holds a frame back (H.264): drain it
+            shown = got[first - last - 1 :]
+            out[key] = [
+                self.reformatter.reformat(f, format="rgb24", threads=RGB_THREADS).to_ndarray() for f in shown
+            ]
+        return out
+
+    def item(self, ep: int, t: int) -> Any:
+        return self.frames(ep, t, t)
+
+    def window(self, ep: int, t: int) -> Any:
+        return self.frames(ep, t - WINDOW + 1, t)
 
 
 # ----- timing -------------------------------------------------------------------------------------------
@@ -169,18 +238,33 @@ def race(
     return {name: {"per_s": n / w, "cpu_per_s": n / max(c, 1e-9)} for name, (w, c) in best.items()}
 
 
-def verify(peer: Peer, view: Any, items: list[tuple[int, int]]) -> None:
+def warm(*roots: Path) -> None:
+    """Read every file once so that the readers start from the page cache (other work on a shared
+    machine evicts it: an evicted dataset times the disk, not the reader)."""
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                with open(path, "rb") as f:
+                    while f.read(1 << 22):
+                        pass
+
+
+def verify(peer: Peer, view: Any, items: list[tuple[int, int]], floor: Floor | None = None) -> None:
     """Every reader gives the same values before anything is timed (the frames bit for bit)."""
     for e, t in items[:20]:
         a, b = peer.item(e, t), view.step(e, t)
         for key in ("observation.state", "action", *CAMS):
             if not np.array_equal(a[key], b[key]):
                 raise SystemExit(f"mismatch: episode {e} frame {t} field {key}")
+        if t < WINDOW - 1:
+            continue
         wa, wb = peer.window(e, t), view.window(e, t, WINDOW - 1, 0)
+        wf = floor.window(e, t) if floor is not None else None
         for key in CAMS:
-            pad = int(wb["is_pad"].sum())
-            if not np.array_equal(wa[key], wb[key][pad:]):
+            if not np.array_equal(wa[key], wb[key]):
                 raise SystemExit(f"window mismatch: episode {e} frame {t} camera {key}")
+            if wf is not None and not np.array_equal(wa[key], np.stack(wf[key])):
+                raise SystemExit(f"floor mismatch: episode {e} frame {t} camera {key}")
 
 
 def main() -> None:
@@ -194,6 +278,9 @@ def main() -> None:
     ap.add_argument("--windows", type=int, default=60, help="random windows per run")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
+        "--npy-episodes", type=int, default=40, help="episodes of the --frames npy import (150 KB a frame)"
+    )
+    ap.add_argument(
         "--data", default=None, help="folder for the source and imports (kept; reused if present)"
     )
     ap.add_argument("--json", default=None)
@@ -205,21 +292,24 @@ def main() -> None:
     work = Path(a.data) if a.data else Path(tempfile.mkdtemp(prefix="bench-lerobot-"))
     src = work / f"src-{a.episodes}x{a.frames}-{a.size}"
     results: dict[str, Any] = {"episodes": a.episodes, "frames": a.frames, "size": a.size, "gop": a.gop}
-    if not (src / "meta/info.json").exists():
-        t0 = time.perf_counter()
-        make_lerobot(
-            str(src),
-            version="v2.1",
-            episodes=a.episodes,
-            frames=a.frames,
-            size=a.size,
-            fps=a.fps,
-            cameras=CAMS,
-            chunks_size=1000,
-            image=False,
-            gop=a.gop,
-        )
-        print(f"generated {src} in {time.perf_counter() - t0:.0f} s")
+    n_npy = min(a.npy_episodes, a.episodes)
+    src_npy = work / f"src-{n_npy}x{a.frames}-{a.size}"
+    for path, episodes in ((src, a.episodes), (src_npy, n_npy)):
+        if not (path / "meta/info.json").exists():
+            t0 = time.perf_counter()
+            make_lerobot(
+                str(path),
+                version="v2.1",
+                episodes=episodes,
+                frames=a.frames,
+                size=a.size,
+                fps=a.fps,
+                cameras=CAMS,
+                chunks_size=1000,
+                image=False,
+                gop=a.gop,
+            )
+            print(f"generated {path} in {time.perf_counter() - t0:.0f} s")
     total = a.episodes * a.frames
     results["source_mb"] = du(src) / 1e6
 
@@ -231,31 +321,37 @@ def main() -> None:
     cp_s = time.perf_counter() - t0
     shutil.rmtree(cp)
     imports = {}
-    for mode, frames, granularity in (
-        ("video", None, "step"),
-        ("video-episode", None, "episode"),
-        ("jpg", "jpg", "step"),
+    for mode, frames, granularity, source in (
+        ("video", None, "step", src),
+        ("video-episode", None, "episode", src),
+        ("jpg", "jpg", "step", src),
+        ("npy", "npy", "step", src_npy),
     ):
         out = work / f"ds-{mode}"
         if a.reuse_imports and (out / ".nv-meta").is_dir():
             continue
         shutil.rmtree(out, ignore_errors=True)
         t0 = time.perf_counter()
-        import_lerobot(str(src), str(out), frames=frames, granularity=granularity)
+        import_lerobot(str(source), str(out), frames=frames, granularity=granularity)
         secs = time.perf_counter() - t0
+        n = total if source == src else n_npy * a.frames
         imports[mode] = {
             "seconds": secs,
-            "frames_per_s": total / secs,
-            "mb_per_s": results["source_mb"] / secs,
+            "frames_per_s": n / secs,
+            "mb_per_s": du(source) / 1e6 / secs,
             "size_mb": du(out) / 1e6,
+            "episodes": n // a.frames,
         }
     results["import"] = {**imports, "cp": {"seconds": cp_s, "mb_per_s": results["source_mb"] / cp_s}}
     results["open_videos"] = video.OPEN_VIDEOS
+    results["npy_episodes"] = n_npy
 
     peer = Peer(src, a.fps)
+    floor = Floor(peer, a.episodes)
     view = shardstore.episodes(str(work / "ds-video"))
     jview = shardstore.episodes(str(work / "ds-jpg"))
     eview = shardstore.episodes(str(work / "ds-video-episode"))
+    nview = shardstore.episodes(str(work / "ds-npy"))
     rng = random.Random(SEED)
 
     def items() -> list[tuple[int, int]]:
@@ -264,13 +360,17 @@ def main() -> None:
     def wins() -> list[tuple[int, int]]:
         return [(rng.randrange(a.episodes), rng.randrange(WINDOW - 1, a.frames)) for _ in range(a.windows)]
 
-    verify(peer, view, items())
+    warm(src, src_npy, *(work / f"ds-{mode}" for mode in ("video", "video-episode", "jpg", "npy")))
+    verify(peer, view, items(), floor)
+    verify(Peer(src_npy, a.fps), nview, [(e % n_npy, t) for e, t in items()])
     results["random_frame"] = race(
         {
             "peer": peer.item,
+            "decode floor": floor.item,
             "shardstore": view.step,
             "shardstore --granularity episode": eview.step,
             "shardstore --frames jpg": lambda e, t: jpg_item(jview, e, t),
+            "shardstore --frames npy": lambda e, t: nview.step(e % n_npy, t),
         },
         items,
         a.repeat,
@@ -278,9 +378,11 @@ def main() -> None:
     results["window16"] = race(
         {
             "peer": peer.window,
+            "decode floor": floor.window,
             "shardstore": lambda e, t: view.window(e, t, WINDOW - 1, 0),
             "shardstore --granularity episode": lambda e, t: eview.window(e, t, WINDOW - 1, 0),
             "shardstore --frames jpg": lambda e, t: jpg_window(jview, e, t),
+            "shardstore --frames npy": lambda e, t: nview.window(e % n_npy, t, WINDOW - 1, 0),
         },
         wins,
         a.repeat,
@@ -299,21 +401,27 @@ def report(r: dict[str, Any]) -> None:
         f"GOP {r['gop']}; source {r['source_mb']:.1f} MB; {r['open_videos']} open videos kept per reader"
     )
     for fig in ("random_frame", "window16"):
-        peer = r[fig]["peer"]["per_s"]
-        print(f"{fig}:")
+        peer, peer_cpu = r[fig]["peer"]["per_s"], r[fig]["peer"]["cpu_per_s"]
+        print(f"{fig}:  (wall /s, x peer | CPU /s, x peer)")
         for name, v in r[fig].items():
             print(
-                f"  {name:<26} {v['per_s']:>9.1f} /s  ({v['per_s'] / peer:5.2f}x peer; CPU {v['cpu_per_s']:.1f} /s)"
+                f"  {name:<34} {v['per_s']:>8.1f} /s {v['per_s'] / peer:6.2f}x | "
+                f"{v['cpu_per_s']:>8.1f} /s {v['cpu_per_s'] / peer_cpu:6.2f}x"
             )
+        fl = r[fig]["decode floor"]["cpu_per_s"]
+        print(
+            f"  CPU time over the decode floor's: peer {fl / peer_cpu:.2f}x, "
+            f"shardstore {fl / r[fig]['shardstore']['cpu_per_s']:.2f}x"
+        )
     imp = r["import"]
     print("import:")
-    for name in ("video", "video-episode", "jpg"):
+    for name in ("video", "video-episode", "jpg", "npy"):
         if name not in imp:
             continue
         v = imp[name]
         print(
             f"  {name:<13} {v['seconds']:7.1f} s  {v['frames_per_s']:8.0f} frames/s  {v['mb_per_s']:7.1f} MB/s  "
-            f"size {v['size_mb']:.1f} MB"
+            f"size {v['size_mb']:.1f} MB ({v['episodes']} episodes)"
         )
     print(f"  cp -r         {imp['cp']['seconds']:7.1f} s  {imp['cp']['mb_per_s']:7.1f} MB/s")
     print(f"machine load (1 min) at the end: {r['load']:.1f} on {os.cpu_count()} cores")
