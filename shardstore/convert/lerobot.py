@@ -19,6 +19,7 @@ refuses a dataset with errors (``LeRobotFormatError`` naming episode, camera and
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import tarfile
@@ -422,7 +423,7 @@ def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list
     prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
     # indexed from the members just written (local, and what readers will read), not the source
     store = VideoStore(root, names)
-    indexes = {name: index_packets(lambda n=name: store.open(n), name) for name in names}
+    indexes = {name: index_packets(functools.partial(store.open, name), name) for name in names}
     save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
     return total
 
