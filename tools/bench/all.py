@@ -12,9 +12,9 @@ charts go to that scratch folder, never into docs/. It checks that the scripts s
 test suite runs it); its figures mean nothing and no target is checked.
 
 Peers (wids, ratarmount) come from the venvs ``make bench-peers`` makes; when they are missing
-the scripts leave them out and say so. A benchmark added later (episodes, LeRobot, RLDS, ...)
-joins by adding a ``Step`` here whose script writes JSON with a ``summary`` list (the shape is in
-``summary.py``) to the path it is given.
+the scripts leave them out and say so. A benchmark joins by adding a ``Step`` here; a script
+that writes JSON with a ``summary`` list (the shape is in ``summary.py``) to the path it is given
+adds rows to the summary table (the robot-learning ones write their figures without one).
 
 Example: python tools/bench/all.py --quick --work /tmp/bench-quick
 """
@@ -67,6 +67,26 @@ STEPS = [
                          "--large-mb", "4", "--json", out]),
     Step("aux", lambda p, out: ["aux.py", "--data", p.read, "--json", out], None),
     Step("scale", lambda p, out: ["scale.py", "--json", out], None),
+    # the robot-learning formats: their own data, made under WORK; no summary rows (their tables are
+    # the sections "episodes", "rlds", "lerobot" and the cluster import of docs/benchmarks.md)
+    Step("episodes", lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--json", out],
+         lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--episodes", "100", "--steps", "50",
+                         "--repeat", "1", "--json", out]),
+    Step("episode-wds", lambda p, out: ["episodes.py", "--episode-wds", "--data", os.path.join(p.work, "ewds"), "--episodes",
+                                        "100", "--steps", "200", "--image", "3", "32", "32", "--samples", "2000", "--json", out],
+         None),
+    Step("rlds", lambda p, out: ["rlds.py", "--episodes", "500", "--steps", "100", "--size", "128", "--reads", "3000",
+                                 "--repeat", "3", "--work", os.path.join(p.work, "rlds"), "--json", out],
+         lambda p, out: ["rlds.py", "--episodes", "20", "--steps", "20", "--reads", "100", "--repeat", "1",
+                         "--work", os.path.join(p.work, "rlds"), "--json", out]),
+    Step("lerobot", lambda p, out: ["lerobot.py", "--episodes", "200", "--frames", "300", "--data",
+                                    os.path.join(p.work, "lerobot"), "--json", out],
+         lambda p, out: ["lerobot.py", "--episodes", "4", "--frames", "30", "--items", "20", "--windows", "4",
+                         "--npy-episodes", "2", "--repeat", "1", "--data", os.path.join(p.work, "lerobot"), "--json", out]),
+    Step("import-cluster", lambda p, out: ["import_cluster.py", "--episodes", "200", "--steps", "50", "--lerobot", "40",
+                                           "--repeat", "2", "--work", os.path.join(p.work, "import-cluster")],
+         lambda p, out: ["import_cluster.py", "--episodes", "20", "--steps", "10", "--repeat", "1",
+                         "--work", os.path.join(p.work, "import-cluster")]),
 ]
 
 
