@@ -253,7 +253,7 @@ def test_a_server_that_never_answers_fails_the_request_instead_of_hanging(op: st
         assert isinstance(err, StorageError), err
         assert "after 2 attempts" in str(err) and "Timeout" in str(err)
         assert ("split.yaml" if op == "write" else "a.tar") in str(err)
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 20  # two attempts of 1 s timeouts; slack for a loaded machine
         heads = bytes(peer.received).split(b"\r\n\r\n")[0].lower()
         assert heads.startswith(b"put " if op == "write" else b"get ")
         assert b"expect:" not in bytes(peer.received).lower()
