@@ -135,6 +135,10 @@ def _probe_batch(
 
 
 def _member_file(storage: Storage, shard: str, offset: int, size: int) -> BinaryIO:
+    """A probed member as a file: read whole in one read when small (most images), else read ahead
+    by ``_MEMBER_BUFFER`` as Pillow or PyAV asks."""
+    if size <= _MEMBER_BUFFER:
+        return io.BytesIO(storage.read_at(shard, offset, size))
     return io.BufferedReader(MemberFile(functools.partial(storage.read_at, shard), offset, size), _MEMBER_BUFFER)
 
 
