@@ -557,7 +557,13 @@ class Dataset(MemberReads, Closeable):
         start = offs.item(j)
         if shard.tar_file_id not in self._checked:
             self.check_shard(shard)
-        return self._build(shard, position, start, self.storage.read_at(shard.name, start, offs.item(j + 1) - start))
+        data = self.storage.read_at(shard.name, start, offs.item(j + 1) - start)
+        sample = Sample(__key__=None, __shard__=shard.name, __index__=position)
+        key = fill_plain_sample(sample, data, 0, len(data))
+        if key is None or self.excluded:  # anything but a plain sample of a split without exclusions
+            return self._build(shard, position, start, data)
+        sample["__key__"] = key
+        return self._finish(sample)
 
     def __iter__(self) -> Iterator[Any]:
         return self.iter()
