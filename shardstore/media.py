@@ -137,8 +137,18 @@ def _header_kind(head: bytes) -> str | None:
     return None
 
 
-#: Bytes of a probed image read first: a JPEG's headers, which the fast path parses, fit in them.
+#: Bytes of a probed member read at once: an image's headers (a JPEG's, which the fast path parses),
+#: and most small images whole, fit in them.
 HEAD_BYTES = 64 << 10
+
+
+def open_member(read_at: Callable[[int, int], bytes], offset: int, size: int) -> BinaryIO:
+    """The ``size`` bytes at ``offset`` of what ``read_at`` reads, as a file for ``probe``: read whole
+    in one read when they fit ``HEAD_BYTES`` (most images), else read ahead by ``HEAD_BYTES`` as
+    Pillow or PyAV asks (a video's index may sit at its end)."""
+    if size <= HEAD_BYTES:
+        return io.BytesIO(read_at(offset, size))
+    return io.BufferedReader(MemberFile(read_at, offset, size), HEAD_BYTES)
 
 
 class MemberFile(io.RawIOBase):

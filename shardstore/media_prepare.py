@@ -17,7 +17,6 @@ copy and moved (or uploaded) into place, then a new ``index.uuid`` tells readers
 from __future__ import annotations
 
 import functools
-import io
 import os
 import posixpath
 import shutil
@@ -33,7 +32,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from . import nvmeta
 from .errors import ConfigError
-from .media import MediaFilter, MemberFile, media_tables_sql, probe
+from .media import MediaFilter, media_tables_sql, open_member, probe
 from .scan import scan_shards
 from .storage import Storage, open_storage
 
@@ -160,7 +159,7 @@ def _dataset_rows(
 
 
 def _open_file(storage: Storage, rel: str, size: int) -> BinaryIO:
-    return io.BufferedReader(MemberFile(lambda o, n: storage.read_at(rel, o, n), 0, size), 64 << 10)
+    return open_member(functools.partial(storage.read_at, rel), 0, size)
 
 
 def _probe_file(storage: Storage, media: MediaFilter, rel: str) -> tuple[str, str, str] | str | None:

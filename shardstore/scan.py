@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import io
 import multiprocessing
 import os
 import signal
@@ -32,7 +31,7 @@ from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +39,7 @@ from .errors import EmptyShardError, ShardstoreError, TarFormatError, WorkerDied
 from .executors import in_order, worker_storage
 from .index.sqlite import ShardRows
 from .keys import SampleBatch, group_batches
-from .media import MediaFilter, MemberFile, probe
+from .media import MediaFilter, open_member, probe
 from .storage import FileStat, Storage, scratch_path
 from .tarscan import scan_storage_batches
 
@@ -123,7 +122,7 @@ def _probe_batch(
         entry = f"{batch.keys[sample - first]}.{part}"
         if not media.considers(entry):
             continue
-        member = functools.partial(_member_file, storage, shard, offset, size)
+        member = functools.partial(open_member, functools.partial(storage.read_at, shard), offset, size)
         try:
             found = probe(media, entry, member)
         except ValueError as e:
@@ -132,18 +131,6 @@ def _probe_batch(
         if found is not None:
             rows.append((entry, *found))
     return rows
-
-
-def _member_file(storage: Storage, shard: str, offset: int, size: int) -> BinaryIO:
-    """A probed member as a file: read whole in one read when small (most images), else read ahead
-    by ``_MEMBER_BUFFER`` as Pillow or PyAV asks."""
-    if size <= _MEMBER_BUFFER:
-        return io.BytesIO(storage.read_at(shard, offset, size))
-    return io.BufferedReader(MemberFile(functools.partial(storage.read_at, shard), offset, size), _MEMBER_BUFFER)
-
-
-#: Read-ahead of a probed member: one read usually holds an image's header.
-_MEMBER_BUFFER = 64 << 10
 
 
 def _name_not_utf8(path: str, batch: SampleBatch) -> TarFormatError:
