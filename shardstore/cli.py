@@ -918,7 +918,7 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
 # ----- the episode-frame WebDataset layout (issue 14) ----------------------------------------------
 def _episode_wds_summary(path: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
     """``info``'s extra lines for an episode-frame import ({} for other datasets and metadatasets)."""
-    from .convert.episode_wds_import import source_summary
+    from .convert.episode_wds import source_summary
 
     return source_summary(path, storage_options)
 
@@ -956,7 +956,7 @@ def import_episode_wds_command(
     Example:
       shardstore import episode-wds ./il-data ./il-ds --blend-yaml
     """
-    from .convert.episode_wds_import import import_episode_wds
+    from .convert.episode_wds import import_episode_wds
 
     report = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
     if as_json:
@@ -991,7 +991,7 @@ def export_episode_wds_command(
     Example:
       shardstore export episode-wds ./il-ds/demos/magical/MoveToCorner ./il-back
     """
-    from .convert.episode_wds_import import export_episode_wds
+    from .convert.episode_wds import export_episode_wds
     from .prepare import _sigterm_unwinds
 
     names = _sigterm_unwinds(export_episode_wds)(dataset, out, compress=compress, force=force, storage_options=storage_options)
@@ -1227,7 +1227,7 @@ def export_rlds_command(
 
 def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
     """Print the RLDS validation report (the mapping spec's rules); exit 1 when a rule fails."""
-    from .convert.rlds_check import check_rlds
+    from .convert.rlds.check import check_rlds
 
     report = check_rlds(src, storage_options=storage_options)
     if as_json:

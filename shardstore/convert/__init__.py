@@ -1,7 +1,8 @@
-"""Outside formats, one module each, all through the episode model (``shardstore.episodes.model``).
+"""Outside formats, one package each, all through the episode model (``shardstore.episodes.model``).
 
-A format module ``convert/<format>.py`` has two public functions and nothing that knows another
-format:
+A format package ``convert/<format>/`` holds everything about that format (reader, writer, check,
+the conventions it maps) and imports no other format's package; what several formats share lives
+in the hub, ``shardstore.episodes``. Its two central public functions:
 
 - ``read_<format>(src, ...) -> EpisodeStream``: the source's schema, its episodes (lazily) and its
   own metadata files (kept byte for byte under ``.nv-meta/source/`` by the import);

@@ -19,7 +19,7 @@ import crc32c
 import numpy as np
 from PIL import Image
 
-from shardstore.convert.tfrecord import example_class
+from shardstore.convert.rlds.tfrecord import example_class
 
 T = "tensorflow_datasets.core.features."
 

@@ -113,7 +113,7 @@ def test_round_trip_gives_every_member_back(task: Path, tmp_path: Path) -> None:
 
 def test_round_trip_through_splits_and_episode_granularity(task: Path, tmp_path: Path) -> None:
     """Episodes spread over splits, one sample per episode: the export still gives every member back."""
-    from shardstore.convert.episode_wds_import import export_episode_wds, import_episode_wds
+    from shardstore.convert.episode_wds import export_episode_wds, import_episode_wds
 
     import_episode_wds(task, tmp_path / "ds", granularity="episode", split_ratio="1,1,1")
     names = export_episode_wds(tmp_path / "ds", tmp_path / "back")
@@ -281,7 +281,7 @@ def test_export_replaces_only_an_earlier_export_and_only_with_force(task: Path, 
 # ----- import into prepared datasets, export back ------------------------------------------------------
 def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path: Path) -> None:
     import shardstore
-    from shardstore.convert.episode_wds_import import export_episode_wds, import_episode_wds
+    from shardstore.convert.episode_wds import export_episode_wds, import_episode_wds
 
     report = import_episode_wds(task, tmp_path / "ds")
     assert [(r.episodes, r.steps) for r in report.datasets] == [(5, 19)]
@@ -324,7 +324,7 @@ def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path
 
 def test_to_dict_decodes_pickles_only_with_the_opt_in(task: Path, tmp_path: Path) -> None:
     import shardstore
-    from shardstore.convert.episode_wds_import import import_episode_wds
+    from shardstore.convert.episode_wds import import_episode_wds
     from shardstore.errors import PickleNotAllowedError
 
     import_episode_wds(task, tmp_path / "ds")
@@ -366,7 +366,7 @@ def test_multitask_import_blend_yaml_draws_each_task_uniformly(tmp_path: Path) -
     import math
 
     import shardstore
-    from shardstore.convert.episode_wds_import import import_episode_wds
+    from shardstore.convert.episode_wds import import_episode_wds
 
     rng = np.random.default_rng(8)
     sizes = {("demos", "magical", "a"): [2], ("demos", "magical", "b"): [3, 4], ("random", "dmc", "c"): [9, 9, 9]}
@@ -403,7 +403,7 @@ def test_subflavors_reach_energon(task: Path, tmp_path: Path) -> None:
     )
     from megatron.energon.dataset_config import get_dataset_from_config
 
-    from shardstore.convert.episode_wds_import import import_episode_wds
+    from shardstore.convert.episode_wds import import_episode_wds
 
     import_episode_wds(task, tmp_path / "ds")
     want = {"data_type": "demos", "benchmark": "magical", "task": "MoveToCorner"}

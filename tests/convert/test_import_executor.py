@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from rlds_source import write_rlds_source
 
 from shardstore.cli import main
-from shardstore.convert.episode_wds import read_task
-from shardstore.convert.episode_wds_import import import_episode_wds
+from shardstore.convert.episode_wds import import_episode_wds
+from shardstore.convert.episode_wds.layout import read_task
 from shardstore.convert.rlds import import_rlds, read_rlds
 from shardstore.episodes.parts import PartJob, encode_part
 from shardstore.errors import TFRecordFormatError

@@ -95,7 +95,7 @@ def imported(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
 def test_an_av1_encode_leaves_the_scheduling_policy_alone() -> None:
     """SVT-AV1, run as root, switches the encoding thread to SCHED_FIFO 99 for good; the export's
     encoder puts it back (CI runs as root: there this fails without scheduling_kept)."""
-    from shardstore.convert.lerobot_write import _encode_frames
+    from shardstore.convert.lerobot.write import _encode_frames
 
     before = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority
     mp4 = _encode_frames(np.zeros((3, 16, 16, 3), np.uint8), "av1", 30.0, "episode 0 camera x")

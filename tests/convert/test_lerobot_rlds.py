@@ -13,9 +13,9 @@ import pytest
 from lerobot_shaped import LENGTHS, TASKS, VIDEO_FRAMES, lerobot_stream
 from PIL import Image
 
-from shardstore.convert.lerobot_rlds import chw_to_hwc, lerobot_to_rlds, write_lerobot_rlds
 from shardstore.convert.rlds import read_rlds
-from shardstore.convert.rlds_check import check_rlds
+from shardstore.convert.rlds.check import check_rlds
+from shardstore.convert.rlds.lerobot_mapping import chw_to_hwc, lerobot_to_rlds, write_lerobot_rlds
 from shardstore.errors import EpisodeFormatError
 
 

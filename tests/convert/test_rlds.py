@@ -13,7 +13,7 @@ import pytest
 from rlds_source import LAYOUT, META_SPECS, STEP_SPECS, example_bytes, framed, make_episode, write_rlds_source
 
 from shardstore.convert.rlds import read_rlds, write_rlds
-from shardstore.convert.tfrecord import iter_records, parse_example
+from shardstore.convert.rlds.tfrecord import iter_records, parse_example
 from shardstore.errors import ConfigError, EpisodeFormatError, TFRecordFormatError
 
 

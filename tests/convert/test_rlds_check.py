@@ -17,7 +17,7 @@ from rlds_source import (
     write_rlds_source,
 )
 
-from shardstore.convert.rlds_check import RULES, check_rlds
+from shardstore.convert.rlds.check import RULES, check_rlds
 
 SHARD = "robo-train.tfrecord-00000-of-00003"
 

@@ -129,7 +129,7 @@ def test_import_of_a_tfds_written_folder(tmp_path: Path) -> None:
 
 
 def parsed(path: Path) -> list[Any]:
-    from shardstore.convert.tfrecord import iter_records, parse_example
+    from shardstore.convert.rlds.tfrecord import iter_records, parse_example
 
     with open(path, "rb") as f:
         return [parse_example(r.payload, str(path), r.index) for r in iter_records(f, str(path))]

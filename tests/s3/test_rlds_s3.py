@@ -15,7 +15,7 @@ from rlds_source import write_rlds_source  # noqa: E402
 
 import shardstore  # noqa: E402
 from shardstore.convert.rlds import import_rlds  # noqa: E402
-from shardstore.convert.rlds_check import check_rlds  # noqa: E402
+from shardstore.convert.rlds.check import check_rlds  # noqa: E402
 
 pytestmark = pytest.mark.s3
 

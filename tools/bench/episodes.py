@@ -210,7 +210,7 @@ def run_episode_wds(args: argparse.Namespace) -> dict[str, Any]:
     import webdataset as wds
 
     import shardstore
-    from shardstore.convert.episode_wds_import import import_episode_wds
+    from shardstore.convert.episode_wds import import_episode_wds
 
     sys.path.insert(0, str(ROOT / "tools"))
     from make_episode_wds import rollouts, write_shard

@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 
 import shardstore  # noqa: E402
 from shardstore.convert.rlds import import_rlds, write_rlds  # noqa: E402
-from shardstore.convert.tfrecord import example_class, iter_records  # noqa: E402
+from shardstore.convert.rlds.tfrecord import example_class, iter_records  # noqa: E402
 from shardstore.decode import DEFAULT_DECODERS  # noqa: E402
 from shardstore.episodes import Episode, EpisodeStream, FieldSpec, Schema  # noqa: E402
 

@@ -31,15 +31,15 @@ from typing import IO, Any, ClassVar, Literal
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..episodes.packets import PACKETS_FILE, index_packets, save_packets
-from ..episodes.video import VIDEO_STORE, FrameDecoder, VideoRef, VideoStore
-from ..errors import LeRobotFormatError
-from ..executors import worker_storage
-from ..storage import Storage, open_storage
-from .lerobot_check import CheckReport, check_lerobot
-from .lerobot_meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
-from .lerobot_write import WriteReport, write_lerobot
+from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
+from ...episodes.packets import PACKETS_FILE, index_packets, save_packets
+from ...episodes.video import VIDEO_STORE, FrameDecoder, VideoRef, VideoStore
+from ...errors import LeRobotFormatError
+from ...executors import worker_storage
+from ...storage import Storage, open_storage
+from .check import CheckReport, check_lerobot
+from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
+from .write import WriteReport, write_lerobot
 
 __all__ = [
     "delta_window",
@@ -352,7 +352,7 @@ def import_lerobot(
     decode their frames with ``frames``), reaching ``src`` by URL and ``storage_options``; the
     video store is copied here; the same output byte for byte.
     """
-    from ..episodes.writer import EpisodeWriter
+    from ...episodes.writer import EpisodeWriter
 
     t0 = time.perf_counter()
     stream = read_lerobot(src, frames=frames, storage_options=storage_options)
@@ -395,7 +395,7 @@ def import_lerobot(
 def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list[str], root: str) -> int:
     """The video files whole as members of tar shards under ``root``, prepared, with their packet
     index (``packets.npz``: files that do not qualify left out); returns their bytes."""
-    from ..prepare import prepare
+    from ...prepare import prepare
 
     os.makedirs(root)
     shard, size, number, total = None, 0, -1, 0
@@ -457,7 +457,7 @@ def export_lerobot(
 ) -> WriteReport:
     """Export an episode dataset imported from LeRobot (or any episode dataset) to LeRobot ``version``
     (default: the version it came from) at ``out``; see ``lerobot_write``."""
-    from ..episodes import episodes
+    from ...episodes import episodes
 
     view = episodes(dataset, storage_options=storage_options)
     return write_lerobot(view.stream(), out, version=version, progress=progress)

@@ -20,9 +20,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..errors import DecodeError, LeRobotFormatError, ShardstoreError
-from ..storage import Storage
-from .lerobot_meta import (
+from ...episodes.mp4 import VideoInfo, probe
+from ...errors import DecodeError, LeRobotFormatError, ShardstoreError
+from ...storage import Storage
+from .meta import (
     TEMPLATE_FIELDS,
     LeRobotMeta,
     import_arrow,
@@ -30,7 +31,6 @@ from .lerobot_meta import (
     load_meta,
     template_fields,
 )
-from .mp4 import VideoInfo, probe
 
 __all__ = ["Problem", "CheckReport", "check_meta", "check_lerobot"]
 

@@ -25,13 +25,13 @@ from typing import Any
 
 import yaml
 
-from .. import nvmeta
-from ..episodes import EpisodeWriter, WriteReport, episodes
-from ..episodes.index import SCHEMA_JSON
-from ..episodes.model import Schema
-from ..errors import ConfigError, StorageError
-from ..storage import open_storage
-from .episode_wds import FORMAT, find_tasks, read_task, write_episode_wds
+from ... import nvmeta
+from ...episodes import EpisodeWriter, WriteReport, episodes
+from ...episodes.index import SCHEMA_JSON
+from ...episodes.model import Schema
+from ...errors import ConfigError, StorageError
+from ...storage import open_storage
+from .layout import FORMAT, find_tasks, read_task, write_episode_wds
 
 __all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds", "source_summary"]
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..errors import DecodeError, EpisodeFormatError
+from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
+from ...errors import DecodeError, EpisodeFormatError
 
 __all__ = [
     "DEFAULT_MAIN_CAMERAS",
@@ -49,7 +49,7 @@ __all__ = [
     "write_lerobot_rlds",
 ]
 
-log = logging.getLogger("shardstore.convert.lerobot_rlds")
+log = logging.getLogger("shardstore.convert.rlds.lerobot_mapping")
 
 #: The main camera when none is named: the first of these present, else the first camera.
 DEFAULT_MAIN_CAMERAS = ("observation.images.top", "observation.image")
@@ -482,7 +482,7 @@ def video_frames(stream: EpisodeStream) -> FramesFn:
     """The frames of a video field's ``VideoRef`` values, decoded from ``stream.video_files`` as the
     spec's ``extract_frames``: in order, stopping where the video has no more frames (the frame
     count check then fails the episode)."""
-    from ..episodes.video import FrameDecoder, VideoRef
+    from ...episodes.video import FrameDecoder, VideoRef
 
     decoder = FrameDecoder(lambda name: stream.video_files[name]())
 
@@ -549,8 +549,8 @@ def write_lerobot_rlds(
     conversion, the warnings, per-episode step counts in and out, and ``check_rlds``'s run of the
     spec's rules on the output (cross-validated with the counts in); and ``<out>.mapping.md``, the
     spec's "document all conversions in mapping.md". Returns the report's JSON."""
-    from .rlds import write_rlds
-    from .rlds_check import check_rlds, report_path
+    from .api import write_rlds
+    from .check import check_rlds, report_path
 
     mapped, report = lerobot_to_rlds(
         stream, main_camera=main_camera, image_encoding=image_encoding, frames=frames

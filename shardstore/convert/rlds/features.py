@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..episodes.model import FLAG_FIELDS, FieldSpec, Schema
-from ..errors import EpisodeFormatError
+from ...episodes.model import FLAG_FIELDS, FieldSpec, Schema
+from ...errors import EpisodeFormatError
 
 __all__ = ["STEPS", "Leaf", "LeafKind", "build_features_json", "leaf_to_field", "parse_features_json"]
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import LeRobotFormatError, MissingExtraError, StorageError
-from ..storage import Storage
+from ...errors import LeRobotFormatError, MissingExtraError, StorageError
+from ...storage import Storage
 
 __all__ = [
     "VERSIONS",

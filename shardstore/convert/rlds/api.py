@@ -26,18 +26,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, Schema, to_jsonable
-from ..episodes.staging import StagedFolder
-from ..errors import ConfigError, EpisodeFormatError, TFRecordFormatError
-from ..executors import worker_storage
-from ..storage import open_storage
-from .rlds_features import Leaf, build_features_json, leaf_to_field, parse_features_json
+from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
+from ...episodes.staging import StagedFolder
+from ...errors import ConfigError, EpisodeFormatError, TFRecordFormatError
+from ...executors import worker_storage
+from ...storage import open_storage
+from .features import Leaf, build_features_json, leaf_to_field, parse_features_json
 from .tfrecord import example_class, frame, iter_records, parse_example, serialize
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
 
-    from ..episodes.writer import WriteReport
+    from ...episodes.writer import WriteReport
 
 __all__ = [
     "RldsInfo",
@@ -534,7 +534,7 @@ def import_rlds(
     moved into place at the end: ``out`` never holds half an import. ``executor``: any
     ``concurrent.futures.Executor``; its workers read and encode one TFRecord file each (reaching
     ``src`` by URL and ``storage_options``), the same output byte for byte."""
-    from ..episodes.writer import EpisodeWriter
+    from ...episodes.writer import EpisodeWriter
 
     stream = read_rlds(src, split, storage_options)
     writer = EpisodeWriter(out, schema=stream.schema, **writer_options)
@@ -562,7 +562,7 @@ def export_rlds(
     (``lerobot_rlds``: ``main_camera``, ``image_encoding``, the report beside ``out``); any other
     gets a ``features.json`` from its schema.
     """
-    from ..episodes import episodes
+    from ...episodes import episodes
 
     stream = episodes(dataset, split, storage_options=storage_options).stream()
     if progress:
@@ -573,7 +573,7 @@ def export_rlds(
         bar = tqdm(stream.episodes, total=stream.count, unit="episode", desc="Writing RLDS", file=sys.stderr)
         stream = replace(stream, episodes=bar)
     if stream.schema.source_format == "lerobot":
-        from .lerobot_rlds import write_lerobot_rlds
+        from .lerobot_mapping import write_lerobot_rlds
 
         report = write_lerobot_rlds(
             stream, out, main_camera=main_camera, image_encoding=image_encoding, name=name, force=force

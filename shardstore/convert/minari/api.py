@@ -33,11 +33,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, Schema
-from ..episodes.staging import StagedFolder, safe_relpath
-from ..errors import ConfigError, EpisodeFormatError
-from . import minari_arrow, minari_hdf5
-from . import minari_spaces as spaces
+from ...episodes.model import Episode, EpisodeStream, Schema
+from ...episodes.staging import StagedFolder, safe_relpath
+from ...errors import ConfigError, EpisodeFormatError
+from . import arrow as minari_arrow
+from . import hdf5 as minari_hdf5
+from . import spaces
 
 __all__ = [
     "VERSIONS",
@@ -445,7 +446,7 @@ def import_minari(
     returns the ``WriteReport``. The source is checked before ``out`` is touched. ``executor``: any
     ``concurrent.futures.Executor``, whose workers read and encode runs of episodes (they must
     reach ``src``'s path: one machine, or a shared filesystem); the same output byte for byte."""
-    from ..episodes.writer import EpisodeWriter
+    from ...episodes.writer import EpisodeWriter
 
     stream = read_minari(src)
     writer = EpisodeWriter(out, total_steps=stream.total_steps, **writer_options)
@@ -460,7 +461,7 @@ def export_minari(
     **options: Any,
 ) -> ExportReport:
     """``shardstore export minari``: every episode of ``dataset`` written by ``write_minari``."""
-    from ..episodes.view import episodes
+    from ...episodes.view import episodes
 
     view = episodes(os.fspath(dataset), None, storage_options=storage_options)
     return write_minari(view.stream(), out, **options)

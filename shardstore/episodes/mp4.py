@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import IO, Any
 
-from ..episodes.video import import_av, scheduling_kept
 from ..errors import DecodeError
+from .video import import_av, scheduling_kept
 
 __all__ = ["Clip", "VideoInfo", "probe", "write_clips", "ENCODERS"]
 

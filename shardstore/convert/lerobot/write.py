@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, EpisodeStream, Schema
-from ..episodes.video import VideoRef, import_av, scheduling_kept
-from ..errors import LeRobotFormatError
-from .lerobot_meta import VERSIONS, flatten_stats, import_arrow
-from .mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
+from ...episodes.model import Episode, EpisodeStream, Schema
+from ...episodes.mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
+from ...episodes.video import VideoRef, import_av, scheduling_kept
+from ...errors import LeRobotFormatError
+from .meta import VERSIONS, flatten_stats, import_arrow
 
 __all__ = ["WriteReport", "write_lerobot"]
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, FieldSpec, Rows, Schema
-from ..errors import EpisodeFormatError, MissingExtraError, PathEscapeError
-from . import minari_spaces as spaces
+from ...episodes.model import Episode, FieldSpec, Rows, Schema
+from ...errors import EpisodeFormatError, MissingExtraError, PathEscapeError
+from . import spaces
 
 __all__ = [
     "MAIN_FILE", "attr_from_model", "empty_groups", "episode_groups", "first_episode_empty_groups", "attr_to_model", "flat_attrs", "h5py_module", "read_episodes", "read_fields",

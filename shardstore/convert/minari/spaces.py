@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import FieldSpec
+from ...episodes.model import FieldSpec
 
 __all__ = ["TOP", "parse", "space_at", "is_image", "is_tuple", "tuple_index", "infer", "dumps"]
 

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EpisodeFormatError, ShardstoreError, TFRecordFormatError
-from ..storage import open_storage
-from .rlds import DATASET_INFO_JSON, FEATURES_JSON, decode_example, read_rlds_info
-from .rlds_features import Leaf
+from ...errors import EpisodeFormatError, ShardstoreError, TFRecordFormatError
+from ...storage import open_storage
+from .api import DATASET_INFO_JSON, FEATURES_JSON, decode_example, read_rlds_info
+from .features import Leaf
 from .tfrecord import iter_records, parse_example
 
 __all__ = ["RldsCheckReport", "check_rlds", "report_path"]

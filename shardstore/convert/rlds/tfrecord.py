@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import IO, Any
 
-from ..errors import MissingExtraError, TFRecordFormatError
+from ...errors import MissingExtraError, TFRecordFormatError
 
 __all__ = ["Record", "example_class", "frame", "iter_records", "masked_crc", "parse_example", "serialize"]
 

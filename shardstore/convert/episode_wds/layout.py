@@ -42,10 +42,10 @@ from typing import IO, Any, BinaryIO, ClassVar
 
 import numpy as np
 
-from .. import safepickle
-from ..episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ..episodes.staging import StagedFolder, safe_relpath
-from ..errors import (
+from ... import safepickle
+from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
+from ...episodes.staging import StagedFolder, safe_relpath
+from ...errors import (
     DecodeError,
     EpisodeFormatError,
     MissingExtraError,
@@ -54,7 +54,7 @@ from ..errors import (
     TarFormatError,
     TruncatedTarError,
 )
-from ..tarscan import REGULAR, iter_member_batches
+from ...tarscan import REGULAR, iter_member_batches
 
 __all__ = [
     "FORMAT",

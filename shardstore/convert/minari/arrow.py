@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..episodes.model import Episode, FieldSpec, Rows, Schema
-from ..errors import EpisodeFormatError, MissingExtraError
-from . import minari_spaces as spaces
+from ...episodes.model import Episode, FieldSpec, Rows, Schema
+from ...errors import EpisodeFormatError, MissingExtraError
+from . import spaces
 
 __all__ = ["episode_dirs", "read_fields", "read_episodes", "write_episode", "PART", "pyarrow_modules"]
 
