@@ -4,8 +4,9 @@ The checks are those of the users' v2.1 document (and their v3.0 counterparts): 
 ``chunks_size``, the path templates and that every file they name exists (and no data file they
 do not name), video keys that are features (``observation.images.*`` advised), zero-padded names,
 ``episodes.jsonl`` one object per line, parquet rows = video frames = the episode's length per
-camera, the video's fps, its codec (AV1 and HEVC are read but the document names H.264, so they
-are warnings), parquet columns that are features, tasks that exist, forward slashes.
+camera, the video's fps, its codec (AV1 and HEVC are read; on v2.1 they are warnings, since that
+document names H.264; v3.0 is what LeRobot 0.6 writes, AV1 by default), parquet columns that are
+features, tasks that exist, forward slashes. ``deep.py`` reads every row and packet on top of this.
 
 The import runs the same checks first and refuses a dataset with an error in it, naming the
 episode, camera and file, before anything is written.
@@ -13,14 +14,13 @@ episode, camera and file, before anything is written.
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...episodes.mp4 import VideoInfo, probe
+from ...episodes.problems import FormatReport, Problem
 from ...errors import DecodeError, LeRobotFormatError, ShardstoreError
 from ...storage import Storage
 from .meta import (
@@ -32,56 +32,25 @@ from .meta import (
     template_fields,
 )
 
-__all__ = ["Problem", "CheckReport", "check_meta", "check_lerobot"]
+__all__ = ["Problem", "CheckReport", "check_meta", "check_lerobot", "SPEC_CODECS", "READ_CODECS"]
 
-Level = Literal["error", "warning"]
-#: The spec's codec; others are read but warned about.
+#: The codec the users' v2.1 document names; others are read but warned about there. v3.0 has no
+#: such rule: LeRobot 0.6 itself writes AV1 (``libsvtav1``, its default) and offers H.264 and HEVC.
 SPEC_CODECS = ("h264",)
 READ_CODECS = ("h264", "av1", "hevc")
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One finding: its level, the check's name, what is wrong and where."""
-
-    level: Level
-    check: str
-    message: str
-    file: str | None = None
-    episode: int | None = None
-    camera: str | None = None
-
-    def __str__(self) -> str:
-        where = [w for w in (self.file, None if self.episode is None else f"episode {self.episode}") if w]
-        if self.camera:
-            where.append(f"camera {self.camera!r}")
-        return f"{self.level}: [{self.check}] {', '.join(where)}: {self.message}" if where else self.message
-
-
 @dataclass(slots=True)
-class CheckReport:
-    """What ``check_lerobot`` found: the dataset's version and size, the checks run, problems."""
+class CheckReport(FormatReport):
+    """What ``check_lerobot`` found (see ``FormatReport``), and the videos' headers it read."""
 
-    source: str
-    version: str | None = None
-    episodes: int = 0
-    frames: int = 0
-    videos: int = 0
-    checks: list[str] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)
+    format: str = "LeRobot"
     video_infos: dict[str, VideoInfo] = field(default_factory=dict, repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return not any(p.level == "error" for p in self.problems)
-
-    def add(self, level: Level, check: str, message: str, **where: Any) -> None:
-        self.problems.append(Problem(level, check, message, **where))
 
     def raise_first(self) -> None:
         """Raise ``LeRobotFormatError`` for the first error, naming its episode, camera and file."""
         for p in self.problems:
-            if p.level == "error":
+            if p.severity == "error":
                 member = ", ".join(
                     w
                     for w in (
@@ -92,32 +61,11 @@ class CheckReport:
                 )
                 raise LeRobotFormatError(p.message, path=p.file or self.source, member=member or None)
 
-    def to_json(self) -> str:
-        obj = {
-            "source": self.source,
-            "version": self.version,
-            "ok": self.ok,
-            "episodes": self.episodes,
-            "frames": self.frames,
-            "videos": self.videos,
-            "checks": self.checks,
-            "problems": [asdict(p) for p in self.problems],
-        }
-        return json.dumps(obj, indent=2)
-
-    def lines(self) -> list[str]:
-        errors = sum(p.level == "error" for p in self.problems)
-        head = (
-            f"{self.source}: LeRobot {self.version or '?'}, {self.episodes} episodes, {self.frames} frames, "
-            f"{self.videos} videos: {'ok' if self.ok else f'{errors} error(s)'}"
-        )
-        return [head, *(str(p) for p in self.problems)]
-
 
 def check_lerobot(storage: Storage) -> tuple[CheckReport, LeRobotMeta | None]:
     """Every check on the dataset at ``storage``; the metadata too when it could be read."""
     report = CheckReport(storage.url())
-    report.checks.append("meta")
+    report.ran("meta")
     try:
         meta = load_meta(storage)
     except ShardstoreError as e:
@@ -256,6 +204,8 @@ def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> Non
                     f"{rows} parquet rows where the episode's length is {entry.length}",
                     file=storage.url(path),
                     episode=ep,
+                    field="episode_index",
+                    expected=f"{entry.length} rows with episode_index {ep}",
                 )
 
 
@@ -293,7 +243,7 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
             report.add(
                 "error", "codec", f"codec {info.codec!r} is not one LeRobot records", file=url, camera=camera
             )
-        elif info.codec not in SPEC_CODECS:
+        elif info.codec not in SPEC_CODECS and meta.version == "v2.1":
             report.add(
                 "warning",
                 "codec",

@@ -1,0 +1,481 @@
+"""``shardstore check lerobot PATH --deep``: every row and every video packet against what ``meta/`` says.
+
+The structural pass (``check.py``) runs first; on top of it, for v2.1 and v3.0 alike:
+
+- ``info``: ``total_episodes``, ``total_frames``, ``total_tasks`` (and v2.1's ``total_videos``)
+  against the episodes and the rows; the episode numbers 0..N-1, each once; v3.0's
+  ``dataset_from_index``/``dataset_to_index`` contiguous from 0 and ``to - from == length``;
+- ``features``: each parquet column's dtype and shape against ``info.json``'s feature (a shape
+  ``[1]`` is a scalar column), ``names`` as long as the shape says;
+- per episode (``rows``): ``frame_index`` 0..n-1; ``timestamp`` = frame / fps (as float32, as
+  LeRobot writes it) within LeRobot's ``tolerance_s`` (1e-4 s, its default); the global ``index``
+  = ``dataset_from_index`` + frame (v2.1: the running count); ``episode_index`` the episode's;
+  ``task_index`` a row of the tasks table and the episode's ``tasks`` the set its rows name;
+- ``finite``: no NaN or Inf in a float feature (the count and the first frame);
+- ``stats``: each episode's stats recomputed from its rows (``stats.py``: lerobot 0.6.1's formulas,
+  its quantiles included) and ``meta/stats.json`` against their merge, within ``stats.TOLERANCE``;
+- ``video``: per video file, from its packets (``episodes.frametimes``, nothing decoded): codec,
+  size, pixel format and fps as ``info.json`` says; no packet past the file's end; per episode a
+  frame within ``tolerance_s`` of ``from_timestamp + timestamp`` of each of its rows and no other
+  frame in its range; ranges disjoint and inside the file; frames that no episode's range covers
+  (the appended-takes fault: frames of a discarded take left in the file).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...episodes.frametimes import FrameTimes, frame_times
+from ...episodes.problems import progress as progress_bar
+from ...errors import DecodeError, ShardstoreError
+from ...storage import Storage, open_storage
+from . import stats as lstats
+from .check import CheckReport, check_lerobot
+from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
+
+__all__ = ["TOLERANCE_S", "check_deep"]
+
+#: LeRobotDataset's default ``tolerance_s``: how far a frame's time may be from the one asked.
+TOLERANCE_S = 1e-4
+#: Columns LeRobot adds to every dataset, checked by the row rules rather than as features.
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+
+
+def check_deep(
+    src: str, *, storage_options: dict[str, Any] | None = None, progress: bool = False
+) -> CheckReport:
+    """The structural checklist, then every row and video packet of the LeRobot dataset at ``src``
+    (a folder or fsspec URL), as one report. ``progress``: a bar of files on stderr."""
+    storage = open_storage(src, storage_options=storage_options)
+    report, meta = check_lerobot(storage)
+    report.deep = True
+    if meta is not None:
+        deep_meta(meta, storage, report, progress)
+    report.finish()
+    return report
+
+
+def deep_meta(meta: LeRobotMeta, storage: Storage, report: CheckReport, progress: bool = False) -> None:
+    """The deep checks on a dataset whose metadata ``check_lerobot`` read."""
+    present = set(storage.list((".parquet", ".mp4")))
+    _check_info(meta, storage, report)
+    by_file: dict[str, list[EpisodeEntry]] = {}
+    for e in meta.episodes:
+        by_file.setdefault(e.data_file, []).append(e)
+    videos: dict[str, list[tuple[EpisodeEntry, str]]] = {}
+    for e in meta.episodes:
+        for camera, span in e.videos.items():
+            videos.setdefault(span.file, []).append((e, camera))
+    files = [("data", p) for p in by_file if p in present] + [("video", p) for p in videos if p in present]
+    computed: dict[int, dict[str, dict[str, np.ndarray]]] = {}
+    rows_total = 0
+    for kind, path in progress_bar(files, len(files), "file", "Checking LeRobot", progress):
+        if kind == "data":
+            rows_total += _check_data_file(meta, storage, report, path, by_file[path], computed)
+        else:
+            _check_video_file(meta, storage, report, path, videos[path])
+    if all(p in present for p in by_file):
+        total = meta.info.get("total_frames")
+        if isinstance(total, int) and total != rows_total:
+            report.add(
+                "error", "info", f"total_frames is {total}", file=storage.url("meta/info.json"),
+                field="total_frames", expected=f"{rows_total} (the data files' rows)",
+            )
+    _check_dataset_stats(meta, storage, report, computed)
+
+
+# ----- info.json and the episodes table -------------------------------------------------------------
+def _check_info(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> None:
+    report.ran("info", "episodes")
+    info_file = storage.url("meta/info.json")
+    lengths = [e.length for e in meta.episodes]
+    want = {"total_episodes": len(meta.episodes), "total_tasks": len(meta.tasks)}
+    if meta.version == "v2.1":
+        want["total_videos"] = len(meta.episodes) * len(meta.video_keys)
+    for key, value in want.items():
+        if key in meta.info and meta.info[key] != value:
+            report.add("error", "info", f"{key} is {meta.info[key]!r}", file=info_file, field=key, expected=str(value))
+    total = meta.info.get("total_frames")
+    if total != sum(lengths):
+        report.add(
+            "error", "info", f"total_frames is {total!r}", file=info_file, field="total_frames",
+            expected=f"{sum(lengths)} (the episodes' lengths)",
+        )
+    numbers = [e.index for e in meta.episodes]
+    if numbers != list(range(len(numbers))):
+        seen: set[int] = set()
+        dup = next((n for n in numbers if n in seen or seen.add(n)), None)  # type: ignore[func-returns-value]
+        gap = next((i for i, n in enumerate(sorted(set(numbers))) if i != n), None)
+        what = f"episode {dup} appears twice" if dup is not None else f"no episode {gap}"
+        report.add("error", "episodes", what, field="episode_index", expected=f"episodes 0..{len(numbers) - 1}, each once")
+    if meta.version == "v3.0":
+        end = 0
+        for e in meta.episodes:
+            to = e.row.get("dataset_to_index")
+            if e.row_start != end or to != (e.row_start or 0) + e.length:
+                report.add(
+                    "error", "episodes", f"dataset_from_index..to_index is {e.row_start}..{to}", episode=e.index,
+                    field="dataset_from_index", expected=f"{end}..{end + e.length} (contiguous, length {e.length})",
+                )
+            end += e.length
+    for key, feature in meta.features.items():
+        names = feature.get("names")
+        if isinstance(names, dict) and len(names) == 1:
+            names = next(iter(names.values()))
+        shape = list(feature.get("shape") or [])
+        if isinstance(names, list) and shape and feature.get("dtype") not in ("image", "video"):
+            if len(shape) == 1 and len(names) != shape[0]:
+                report.add(
+                    "error", "features", f"{len(names)} names for a shape {shape}", file=info_file, field=key,
+                    expected=f"{shape[0]} names",
+                )
+
+
+# ----- data files -------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """One feature's column of a data file as numpy (steps first), or why it could not be read."""
+
+    values: np.ndarray | None
+    images: list[Any] | None = None  # image features: each row's {bytes, path}
+
+
+def _check_data_file(
+    meta: LeRobotMeta,
+    storage: Storage,
+    report: CheckReport,
+    path: str,
+    episodes: Sequence[EpisodeEntry],
+    computed: dict[int, dict[str, dict[str, np.ndarray]]],
+) -> int:
+    """Every rule on the rows of one data file; returns its row count."""
+    pq = import_arrow()
+    url = storage.url(path)
+    report.ran("features", "rows", "finite", "stats")
+    try:
+        with storage.open(path) as f:
+            table = pq.read_table(f)
+    except (OSError, ValueError, ShardstoreError) as e:
+        report.add("error", "rows", f"the parquet file does not read: {e}", file=url)
+        return 0
+    rows = table.num_rows
+    columns = _columns(meta, table, url, report)
+    starts = np.concatenate([[0], np.cumsum([e.length for e in episodes])]).astype(int)
+    if rows != starts[-1]:
+        report.add(
+            "error", "rows", f"{rows} rows", file=url,
+            expected=f"{starts[-1]} (the lengths of episodes {episodes[0].index}..{episodes[-1].index})",
+        )
+        return rows
+    global_start = 0 if meta.version == "v3.0" else sum(e.length for e in meta.episodes if e.index < episodes[0].index)
+    for k, e in enumerate(episodes):
+        lo, hi = int(starts[k]), int(starts[k + 1])
+        first_index = e.row_start if meta.version == "v3.0" else global_start + lo
+        cut = {key: _Column(c.values[lo:hi] if c.values is not None else None, c.images[lo:hi] if c.images else None) for key, c in columns.items()}
+        _check_rows(meta, report, url, e, cut, first_index or 0)
+        computed[e.index] = _check_episode_stats(meta, report, url, e, cut)
+    return rows
+
+
+def _columns(meta: LeRobotMeta, table: Any, url: str, report: CheckReport) -> dict[str, _Column]:
+    """Each non-video feature's column as numpy, its dtype and shape checked against info.json."""
+    out: dict[str, _Column] = {}
+    names = set(table.column_names)
+    for key, feature in meta.features.items():
+        dtype = feature.get("dtype")
+        if dtype == "video" or key not in names:
+            continue
+        column = table.column(key)
+        if dtype == "image":
+            out[key] = _Column(None, column.to_pylist())
+            continue
+        if dtype == "string":
+            continue
+        try:
+            values = column_numpy(column, table.num_rows)
+        except (ValueError, TypeError) as e:
+            report.add("error", "features", f"column does not read as an array: {e}", file=url, field=key)
+            continue
+        shape = list(values.shape[1:]) or [1]
+        want = [int(s) for s in feature.get("shape") or [1]]
+        if shape != want:
+            report.add("error", "features", f"shape {shape}", file=url, field=key, expected=f"shape {want} (info.json)")
+        if str(values.dtype) != dtype:
+            report.add("error", "features", f"dtype {values.dtype}", file=url, field=key, expected=f"{dtype} (info.json)")
+        out[key] = _Column(values)
+    return out
+
+
+def _check_rows(
+    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column], first_index: int
+) -> None:
+    n = e.length
+    frame = np.arange(n)
+    for key, want in (
+        ("frame_index", frame),
+        ("index", first_index + frame),
+        ("episode_index", np.full(n, e.index)),
+    ):
+        got = cols.get(key)
+        if got is None or got.values is None:
+            continue
+        _first_mismatch(report, "rows", url, e.index, key, got.values.reshape(n), want)
+    ts = cols.get("timestamp")
+    if ts is not None and ts.values is not None:
+        want_t = (frame / meta.fps).astype(np.float32).astype(np.float64)
+        off = np.abs(ts.values.reshape(n).astype(np.float64) - want_t) >= TOLERANCE_S
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            report.add(
+                "error", "timestamps", f"timestamp {float(ts.values.reshape(n)[i]):.6g} s ({int(off.sum())} rows off)",
+                file=url, episode=e.index, frame=i, field="timestamp",
+                expected=f"{want_t[i]:.6g} s = frame / {meta.fps:g} fps, within {TOLERANCE_S:g} s",
+            )
+    tasks = cols.get("task_index")
+    if tasks is not None and tasks.values is not None:
+        t = tasks.values.reshape(n)
+        bad = (t < 0) | (t >= len(meta.tasks))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            report.add(
+                "error", "tasks", f"task_index {int(t[i])} names no task", file=url, episode=e.index, frame=i,
+                field="task_index", expected=f"0..{len(meta.tasks) - 1} (meta/tasks)",
+            )
+        else:
+            named = {meta.tasks[int(i)] for i in np.unique(t)}
+            if e.tasks and named != set(e.tasks):
+                report.add(
+                    "error", "tasks", f"rows name tasks {sorted(named)}", file=url, episode=e.index, field="task_index",
+                    expected=f"{sorted(e.tasks)} (the episode's tasks)",
+                )
+    report.ran("finite")
+    for key, col in cols.items():
+        v = col.values
+        if v is None or v.dtype.kind != "f" or key in BOOKKEEPING:
+            continue
+        bad = ~np.isfinite(v.reshape(n, -1)).all(1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            report.add(
+                "error", "finite", f"NaN or Inf in {int(bad.sum())} of {n} frames", file=url, episode=e.index,
+                frame=i, field=key, expected="finite values",
+            )
+
+
+def _first_mismatch(report: CheckReport, check: str, url: str, ep: int, key: str, got: np.ndarray, want: np.ndarray) -> None:
+    off = got != want
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        report.add(
+            "error", check, f"{key} {int(got[i])} ({int(off.sum())} rows off)", file=url, episode=ep, frame=i,
+            field=key, expected=str(int(want[i])),
+        )
+
+
+def _check_episode_stats(
+    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column]
+) -> dict[str, dict[str, np.ndarray]]:
+    """The episode's stats recomputed from its rows, compared with what the dataset says."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for key, col in cols.items():
+        if col.values is not None:
+            if col.values.dtype.kind not in "biuf" or not np.isfinite(col.values.astype(np.float64)).all():
+                continue  # NaN rows are reported by ``finite``; their stats would be NaN either way
+            out[key] = lstats.vector_stats(col.values)
+        elif col.images:
+            frames = _sampled_images(col.images, report, url, e.index, key)
+            if frames:
+                out[key] = lstats.image_stats(frames)
+    for key, mine in out.items():
+        said = e.stats.get(key)
+        if said is None:
+            report.add("warning", "stats", "no per-episode stats", file=url, episode=e.index, field=key)
+            continue
+        for stat, found, expected in lstats.compare(said, mine):
+            report.add(
+                "error", "stats", f"episode stats {stat} {found}", episode=e.index, field=key,
+                file=_stats_file(meta), expected=f"{expected} (recomputed from the rows)",
+            )
+    for key in meta.video_keys:
+        said = e.stats.get(key)
+        if said is None:
+            continue
+        bad = lstats.ordered(said)
+        if bad is None and any((np.asarray(v) < -1e-6).any() or (np.asarray(v) > 1 + 1e-6).any() for s, v in said.items() if s != "count"):
+            bad = "values outside [0, 1]"
+        if bad:
+            report.add("error", "stats", f"episode stats: {bad}", file=_stats_file(meta), episode=e.index, field=key,
+                       expected="min <= q01 <= ... <= q99 <= max, in [0, 1]")
+    return out
+
+
+def _sampled_images(cells: list[Any], report: CheckReport, url: str, ep: int, key: str) -> list[np.ndarray]:
+    from PIL import Image
+
+    frames = []
+    for i in lstats.sample_indices(len(cells)):
+        cell = cells[i]
+        data = cell.get("bytes") if isinstance(cell, dict) else None
+        try:
+            with Image.open(io.BytesIO(data or b"")) as im:
+                frames.append(np.asarray(im.convert("RGB") if im.mode not in ("RGB", "L") else im))
+        except Exception as err:  # noqa: BLE001 - any decoder failure is a finding about the data
+            report.add("error", "features", f"image does not decode: {err}", file=url, episode=ep, frame=i, field=key)
+            return []
+    return frames
+
+
+def _stats_file(meta: LeRobotMeta) -> str:
+    return "meta/episodes_stats.jsonl" if meta.version == "v2.1" else "meta/episodes/"
+
+
+def _check_dataset_stats(
+    meta: LeRobotMeta, storage: Storage, report: CheckReport, computed: dict[int, dict[str, dict[str, np.ndarray]]]
+) -> None:
+    """``meta/stats.json`` against the merge (LeRobot's rule) of the recomputed episode stats, and
+    for video features of the episodes' own stats."""
+    if "meta/stats.json" not in meta.files:
+        if meta.version == "v3.0":
+            report.add("warning", "stats", "no meta/stats.json (LeRobot writes one)", file=storage.url("meta/stats.json"))
+        return
+    import json
+
+    where = storage.url("meta/stats.json")
+    try:
+        said = json.loads(meta.files["meta/stats.json"])
+        assert isinstance(said, dict)
+    except (ValueError, AssertionError):
+        report.add("error", "stats", "not a JSON object of features", file=where)
+        return
+    for key in meta.features:
+        if meta.features[key].get("dtype") == "string":
+            continue
+        if key in meta.video_keys:
+            per = [e.stats[key] for e in meta.episodes if key in e.stats]
+            complete = len(per) == len(meta.episodes)
+        else:
+            per = [computed[e.index][key] for e in meta.episodes if key in computed.get(e.index, {})]
+            complete = len(per) == len(meta.episodes)
+        if key not in said:
+            if per:
+                report.add("warning", "stats", "feature missing from stats.json", file=where, field=key)
+            continue
+        if not complete:
+            continue
+        stats = {s: np.asarray(v, np.float64) for s, v in said[key].items() if isinstance(v, list | int | float)}
+        for stat, found, expected in lstats.compare(stats, lstats.merge(per)):
+            report.add(
+                "error", "stats", f"stats.json {stat} {found}", file=where, field=key,
+                expected=f"{expected} (the episodes' stats merged as LeRobot merges them)",
+            )
+
+
+# ----- videos -----------------------------------------------------------------------------------------
+def _check_video_file(
+    meta: LeRobotMeta, storage: Storage, report: CheckReport, path: str, uses: list[tuple[EpisodeEntry, str]]
+) -> None:
+    report.ran("video", "video_ranges", "appended_frames")
+    url = storage.url(path)
+    camera = uses[0][1]
+    try:
+        ft = frame_times(lambda: storage.open(path), url, storage.size(path))
+    except DecodeError as e:
+        report.add("error", "video", e.detail, file=url, camera=camera, expected="a video whose packets demux")
+        return
+    _check_video_header(meta, report, url, camera, ft)
+    if ft.broken:
+        report.add(
+            "error", "video", f"{ft.broken} packets lie past the file's end or are corrupt (from {ft.first_broken:.4f} s)",
+            file=url, camera=camera, expected="every packet inside the file",
+        )
+    step = 1.0 / meta.fps
+    covered = np.zeros(ft.frames, bool)
+    spans = sorted(((e.videos[c].from_timestamp, e.videos[c].to_timestamp, e) for e, c in uses), key=lambda s: s[0])
+    end_of_file = float(ft.times[-1]) + step if ft.frames else 0.0
+    previous: tuple[float, EpisodeEntry] | None = None
+    for start, to, e in spans:
+        stop = end_of_file if to is None else to
+        if previous is not None and start < previous[0] - TOLERANCE_S:
+            report.add(
+                "error", "video_ranges", f"time range {start:.4f}..{stop:.4f} s overlaps episode {previous[1].index}'s",
+                file=url, episode=e.index, camera=camera, expected=f"a start at or after {previous[0]:.4f} s",
+            )
+        if start < -TOLERANCE_S or stop > end_of_file + TOLERANCE_S:
+            report.add(
+                "error", "video_ranges", f"time range {start:.4f}..{stop:.4f} s", file=url, episode=e.index,
+                camera=camera, expected=f"inside the file's 0..{end_of_file:.4f} s",
+            )
+        previous = (stop, e)
+        inside = (ft.times >= start - TOLERANCE_S) & (ft.times < stop - TOLERANCE_S)
+        covered |= inside
+        want = start + np.arange(e.length) * step
+        found = np.searchsorted(ft.times, want - TOLERANCE_S)
+        hit = (found < ft.frames) & (np.abs(ft.times[np.minimum(found, ft.frames - 1)] - want) < TOLERANCE_S) if ft.frames else np.zeros(e.length, bool)
+        if not hit.all():
+            i = int(np.flatnonzero(~hit)[0])
+            report.add(
+                "error", "video", f"no frame at {want[i]:.4f} s ({int((~hit).sum())} of {e.length} rows have none)",
+                file=url, episode=e.index, camera=camera, frame=i,
+                expected=f"a frame within {TOLERANCE_S:g} s of from_timestamp + timestamp",
+            )
+        elif int(inside.sum()) != e.length:
+            report.add(
+                "error", "video", f"{int(inside.sum())} frames in {start:.4f}..{stop:.4f} s", file=url, episode=e.index,
+                camera=camera, expected=f"{e.length} (the episode's rows)",
+            )
+    loose = ~covered
+    if loose.any():
+        runs = list(_runs(np.flatnonzero(loose)))
+        a, b = runs[0]
+        report.add(
+            "error", "appended_frames",
+            f"{int(loose.sum())} frames belong to no episode (first {float(ft.times[a]):.4f}..{float(ft.times[b]):.4f} s, "
+            f"{len(runs)} run(s): an appended take?)",
+            file=url, camera=camera, frame=int(a), expected="every frame inside one episode's time range",
+        )
+
+
+def _check_video_header(meta: LeRobotMeta, report: CheckReport, url: str, camera: str, ft: FrameTimes) -> None:
+    feature = meta.features.get(camera, {})
+    info = feature.get("info") or feature.get("video_info") or {}
+    said = {
+        "video.codec": (info.get("video.codec"), ft.codec),
+        "video.pix_fmt": (info.get("video.pix_fmt"), ft.pix_fmt),
+        "video.height": (info.get("video.height"), ft.height),
+        "video.width": (info.get("video.width"), ft.width),
+    }
+    for key, (want, got) in said.items():
+        if want is not None and _codec(want) != _codec(got):
+            report.add("error", "video", f"{key} is {got!r} in the file", file=url, camera=camera, field=key,
+                       expected=f"{want!r} (info.json)")
+    fps = info.get("video.fps")
+    if fps is not None and abs(float(fps) - ft.fps) > 1e-3:
+        report.add("error", "video", f"video.fps is {ft.fps:g} in the file", file=url, camera=camera, field="video.fps",
+                   expected=f"{float(fps):g} (info.json)")
+    shape = [int(s) for s in feature.get("shape") or []]
+    names = feature.get("names") or []
+    if len(shape) == 3 and isinstance(names, list) and len(names) == 3:
+        dims = dict(zip([str(n)[:1] for n in names], shape, strict=True))  # height / width / channel(s)
+        if (dims.get("h"), dims.get("w")) != (ft.height, ft.width):
+            report.add("error", "features", f"the video is {ft.width}x{ft.height}", file=url, camera=camera, field=camera,
+                       expected=f"shape {shape} ({names}) as info.json says")
+
+
+def _codec(name: Any) -> Any:
+    return {"libsvtav1": "av1", "libdav1d": "av1", "libx264": "h264", "libx265": "hevc", "avc1": "h264"}.get(name, name)
+
+
+def _runs(idx: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Runs of consecutive numbers in sorted ``idx``: (first, last) each."""
+    if not len(idx):
+        return
+    breaks = np.flatnonzero(np.diff(idx) != 1)
+    starts = np.concatenate([[0], breaks + 1])
+    ends = np.concatenate([breaks, [len(idx) - 1]])
+    for s, e in zip(starts, ends, strict=True):
+        yield int(idx[s]), int(idx[e])

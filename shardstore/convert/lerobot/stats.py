@@ -1,0 +1,198 @@
+"""LeRobot's statistics, recomputed the way lerobot 0.6.1 computes them, and compared within a tolerance.
+
+The rules (read from lerobot 0.6.1's ``datasets/compute_stats.py`` and pinned by
+tests/convert/test_lerobot_deep.py against datasets its own writer made):
+
+- per episode and numeric feature, over the step axis: ``min``, ``max``, ``mean`` and
+  ``std = sqrt(max(0, mean(x**2) - mean(x)**2))``, in float32 for float32 data (float64 for
+  integers), ``count`` = the episode's length; the quantiles ``q01 q10 q50 q90 q99`` from a
+  histogram of 5,000 bins between ``min - 1e-10`` and ``max + 1e-10``, interpolated linearly inside
+  the bin where the cumulative count reaches ``q * count``; an episode of one frame has its mean
+  as every quantile and ``np.std`` as std;
+- image and video features: per channel over a sample of ``estimate_num_samples(length)`` frames
+  (``round(linspace(0, n - 1, k))``; k = n below 100, else ``max(100, min(int(n ** 0.75), 10000))``),
+  each frame's height and width strided by ``int(side / 150)`` when its larger side is 300 or more,
+  values divided by 255, shapes ``(channels, 1, 1)``, ``count`` = the number of frames sampled;
+- the dataset's ``stats.json`` merges the episodes': min of mins, max of maxes, the count-weighted
+  mean, the parallel-variance std, the summed count, and each quantile as the **count-weighted mean of
+  the episodes' quantiles** (LeRobot's own rule: not the data's quantile, so not checked as one).
+
+A video's frames are not decoded by the check: LeRobot computes their statistics from the frames it
+was handed, before lossy encoding, so decoded frames cannot reproduce them. Their per-episode
+stats are checked for shape, count and order (``min <= q01 <= ... <= max``), and the dataset's
+stats against the merge of the episodes'.
+
+Tolerances (``TOLERANCE``), relative to the feature's largest magnitude ``s`` per element: ``min``,
+``max``, ``mean`` within ``1e-5 s`` (float32 rounding, float64 data written by other tools); ``std``
+within ``1e-3 s`` (the float32 ``mean(x**2) - mean**2`` loses that much); quantiles within two
+histogram bins (``(max - min) / 2500``) plus ``1e-5 s`` (bin edges rounded differently move a
+value to the next bin); ``count`` exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "QUANTILES",
+    "BINS",
+    "TOLERANCE",
+    "vector_stats",
+    "image_stats",
+    "sample_indices",
+    "merge",
+    "compare",
+    "ordered",
+]
+
+Stats = dict[str, np.ndarray]
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+BINS = 5000
+#: Per statistic: (relative to the feature's largest magnitude, histogram bins of slack).
+TOLERANCE = {"min": (1e-5, 0), "max": (1e-5, 0), "mean": (1e-5, 0), "std": (1e-3, 0)} | {
+    q: (1e-5, 2) for q in QUANTILES
+}
+
+
+def vector_stats(values: np.ndarray) -> Stats:
+    """One episode's stats of a numeric feature (``values``: steps first), shaped as LeRobot's:
+    ``(1,)`` for a scalar column, the feature's trailing shape flattened otherwise."""
+    n = len(values)
+    x = values.reshape(n, -1)
+    x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
+    return _stats(x, n)
+
+
+def image_stats(frames: Sequence[np.ndarray]) -> Stats:
+    """Per-channel stats of sampled ``frames`` (each HWC uint8, already sampled), in [0, 1]."""
+    chw = [_downsample(np.moveaxis(f.reshape(f.shape[0], f.shape[1], -1), -1, 0)) for f in frames]
+    x = np.stack(chw).transpose(0, 2, 3, 1).reshape(-1, chw[0].shape[0])
+    out = _stats(x.astype(np.float32), len(chw))
+    return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
+
+
+def sample_indices(n: int) -> list[int]:
+    """The frames LeRobot samples from an episode of ``n`` for image statistics."""
+    k = n if n < 100 else max(100, min(int(n**0.75), 10_000))
+    return np.round(np.linspace(0, n - 1, k)).astype(int).tolist()
+
+
+def _downsample(chw: np.ndarray) -> np.ndarray:
+    _, h, w = chw.shape
+    if max(h, w) < 300:
+        return chw
+    step = int(w / 150) if w > h else int(h / 150)
+    return chw[:, ::step, ::step]
+
+
+def _stats(x: np.ndarray, count: int) -> Stats:
+    """min, max, mean, std and the histogram quantiles of each column of ``x``."""
+    if len(x) < 2:
+        mean = x.mean(0)
+        return {"min": x.min(0), "max": x.max(0), "mean": mean, "std": x.std(0), "count": np.array([count])} | {
+            q: mean.copy() for q in QUANTILES
+        }
+    mean = x.mean(0)
+    variance = (x**2).mean(0) - mean**2
+    out: Stats = {
+        "min": x.min(0),
+        "max": x.max(0),
+        "mean": mean,
+        "std": np.sqrt(np.maximum(0, variance)),
+        "count": np.array([count]),
+    }
+    columns = [_quantiles(x[:, i], out["min"][i], out["max"][i]) for i in range(x.shape[1])]
+    for k, q in enumerate(QUANTILES):
+        out[q] = np.array([c[k] for c in columns])
+    return out
+
+
+def _quantiles(col: np.ndarray, lo: np.generic, hi: np.generic) -> list[float]:
+    """The histogram quantiles of one column (the bins and interpolation of the module docstring)."""
+    edges = np.linspace(lo - 1e-10, hi + 1e-10, BINS + 1)
+    cumsum = np.cumsum(np.histogram(col, bins=edges)[0])
+    out = []
+    for q in QUANTILES.values():
+        target = q * len(col)
+        i = int(np.searchsorted(cumsum, target))
+        if i == 0:
+            out.append(float(edges[0]))
+        elif i >= len(cumsum):
+            out.append(float(edges[-1]))
+        else:
+            before = cumsum[i - 1]
+            inside = cumsum[i] - before
+            out.append(
+                float(edges[i]) if inside == 0 else float(edges[i] + (target - before) / inside * (edges[i + 1] - edges[i]))
+            )
+    return out
+
+
+def merge(episodes: Sequence[Mapping[str, np.ndarray]]) -> Stats:
+    """The dataset's stats from its episodes', by LeRobot's rule (see the module docstring)."""
+    counts = np.stack([np.asarray(s["count"], np.float64) for s in episodes])
+    total = counts.sum(0)
+    means = np.stack([np.asarray(s["mean"], np.float64) for s in episodes])
+    w = counts.reshape(counts.shape + (1,) * (means.ndim - counts.ndim))
+    mean = (means * w).sum(0) / total
+    variance = ((np.stack([np.asarray(s["std"], np.float64) for s in episodes]) ** 2 + (means - mean) ** 2) * w).sum(0)
+    out: Stats = {
+        "min": np.min(np.stack([s["min"] for s in episodes]), 0),
+        "max": np.max(np.stack([s["max"] for s in episodes]), 0),
+        "mean": mean,
+        "std": np.sqrt(variance / total),
+        "count": total.astype(np.int64),
+    }
+    for q in QUANTILES:
+        if all(q in s for s in episodes):
+            out[q] = (np.stack([np.asarray(s[q], np.float64) for s in episodes]) * w).sum(0) / total
+    return out
+
+
+def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> list[tuple[str, str, str]]:
+    """``(stat, found, expected)`` for each statistic of ``got`` (what the dataset says) that is not
+    ``want`` (recomputed) within ``TOLERANCE``; statistics ``got`` lacks are not compared (v2.1
+    datasets have no quantiles), a shape or count that differs is always reported."""
+    bad = []
+    scale = np.maximum(np.abs(np.asarray(want["min"], np.float64)), np.abs(np.asarray(want["max"], np.float64)))
+    width = (np.asarray(want["max"], np.float64) - np.asarray(want["min"], np.float64)) / BINS
+    for stat, value in got.items():
+        if stat not in want:
+            continue
+        g = np.asarray(value, np.float64)
+        w = np.asarray(want[stat], np.float64)
+        if g.size != w.size:
+            bad.append((stat, f"shape {list(g.shape)}", f"shape {list(w.shape)}"))
+            continue
+        if stat == "count":
+            if not np.array_equal(g.ravel(), w.ravel()):
+                bad.append((stat, _fmt(g), _fmt(w)))
+            continue
+        rel, bins = TOLERANCE.get(stat, (1e-5, 0))
+        tol = rel * scale.ravel() + bins * width.ravel() + 1e-8
+        off = ~(np.abs(g.ravel() - w.ravel()) <= tol)  # NaN counts as off
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            bad.append((stat, f"{_fmt(g)} (element {i}: {g.ravel()[i]:.7g})", f"{w.ravel()[i]:.7g} within {tol[i]:.2g}"))
+    return bad
+
+
+def ordered(stats: Mapping[str, np.ndarray]) -> str | None:
+    """What is out of order in ``stats`` (``min <= q01 <= ... <= q99 <= max``, mean inside), or None."""
+    chain = [k for k in ("min", *QUANTILES, "max") if k in stats]
+    for a, b in zip(chain, chain[1:], strict=False):
+        if (np.asarray(stats[a], np.float64) > np.asarray(stats[b], np.float64) + 1e-6).any():
+            return f"{a} > {b}"
+    if {"min", "mean", "max"} <= set(stats):
+        m = np.asarray(stats["mean"], np.float64)
+        if (m < np.asarray(stats["min"], np.float64) - 1e-6).any() or (m > np.asarray(stats["max"], np.float64) + 1e-6).any():
+            return "mean outside min..max"
+    return None
+
+
+def _fmt(a: np.ndarray) -> str:
+    flat = a.ravel()
+    text = ", ".join(f"{v:.6g}" for v in flat[:4])
+    return f"[{text}{', ...' if flat.size > 4 else ''}]"

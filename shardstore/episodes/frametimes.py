@@ -1,0 +1,81 @@
+"""When each frame of a video is shown, read from its packets (nothing decoded): what a check needs
+to say whether a video holds exactly the frames its episodes claim.
+
+One demux of the file gives per packet its presentation time, byte offset and size; the frames are
+the packets' times sorted (every packet of a video stream is one frame). A packet that lies past the
+file's end (a file cut short after its header) or that the demuxer flags corrupt is counted, since a
+decoder would fail there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import IO
+
+import numpy as np
+
+from ..errors import DecodeError
+from .video import import_av
+
+__all__ = ["FrameTimes", "frame_times"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FrameTimes:
+    """A video stream's header facts and its frames' times in seconds, in presentation order."""
+
+    codec: str  # the codec's short name (av1, h264, hevc), not the decoder's (libdav1d)
+    width: int
+    height: int
+    pix_fmt: str
+    fps: float  # the stream's average rate
+    time_base: Fraction
+    times: np.ndarray  # float64 seconds, sorted
+    broken: int  # packets past the file's end or flagged corrupt
+    first_broken: float | None  # the time of the first of them
+    has_audio: bool
+
+    @property
+    def frames(self) -> int:
+        return len(self.times)
+
+
+def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> FrameTimes:
+    """The ``FrameTimes`` of the first video stream of the file ``open_file()`` gives (``size``
+    bytes long); ``DecodeError`` naming ``name`` when it does not open or has no video stream."""
+    av = import_av()
+    pts: list[int] = []
+    broken: list[int] = []
+    try:
+        with open_file() as f, av.open(f, "r") as c:
+            if not c.streams.video:
+                raise DecodeError("no video stream", path=name)
+            s = c.streams.video[0]
+            cc = s.codec_context
+            for p in c.demux(s):
+                if not p.size:
+                    continue  # the demuxer's end-of-stream packet
+                t = p.pts if p.pts is not None else p.dts
+                if t is None:
+                    continue
+                pts.append(t)
+                if p.is_corrupt or (p.pos is not None and p.pos >= 0 and p.pos + p.size > size):
+                    broken.append(t)
+            tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
+            times = np.sort(np.asarray(pts, np.int64)).astype(np.float64) * float(tb)
+            return FrameTimes(
+                codec={"libdav1d": "av1", "libaom-av1": "av1"}.get(cc.name, cc.name),
+                width=cc.width,
+                height=cc.height,
+                pix_fmt=cc.pix_fmt or "",
+                fps=float(s.average_rate or s.guessed_rate or 0),
+                time_base=tb,
+                times=times,
+                broken=len(broken),
+                first_broken=min(broken) * float(tb) if broken else None,
+                has_audio=bool(c.streams.audio),
+            )
+    except (av.error.FFmpegError, ValueError, IndexError) as e:
+        raise DecodeError(f"cannot read the video: {e}", path=name) from e
