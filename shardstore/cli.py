@@ -441,7 +441,12 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @main.command("check")
 @click.argument("path")
 @click.argument("source", required=False)
-@click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also walk every shard's tar headers: each part's range must hold that member. With FORMAT: "
+    "every row, statistic and video packet (see docs/robotics.md).",
+)
 @click.option(
     "--ref",
     "refs",
@@ -478,7 +483,12 @@ def check_command(
       shardstore check meta.yaml --ref 'json[image]'
       shardstore check lerobot ./my_lerobot
       shardstore check rlds ./robo/1.0.0 --json
+      shardstore check lerobot ./my_lerobot --deep
+      shardstore check minari ./door-human-v2 --deep --json
     """
+    if source is not None and (deep or path in DEEP_CHECKS and path not in FORMAT_CHECKS):
+        _format_check(path, source, deep, storage_options, quiet, as_json, progress)
+        return
     if source is not None:  # `check FORMAT SRC`: an outside format's checklist
         if path not in FORMAT_CHECKS:
             raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(FORMAT_CHECKS)}, not {path!r}")
@@ -1239,6 +1249,40 @@ def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, a
 
 
 FORMAT_CHECKS["rlds"] = _rlds_check
+
+#: `shardstore check FORMAT SRC --deep`: format -> (module, function(src, *, deep, storage_options,
+#: progress) -> FormatReport); minari and episode-wds have no other check, so run it without --deep too.
+DEEP_CHECKS = {
+    "lerobot": ("shardstore.convert.lerobot.deep", "check_deep"),
+    "minari": ("shardstore.convert.minari.check", "check_minari"),
+    "rlds": ("shardstore.convert.rlds.deep", "check_deep"),
+    "episode-wds": ("shardstore.convert.episode_wds.check", "check_episode_wds"),
+}
+
+
+def _format_check(
+    fmt: str, src: str, deep: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool, progress: bool
+) -> None:
+    """Print a format's (deep) check report: a verdict line and one line per problem, or JSON;
+    exit 1 when it has errors."""
+    import importlib
+
+    if fmt not in DEEP_CHECKS:
+        raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(DEEP_CHECKS)}, not {fmt!r}")
+    module, name = DEEP_CHECKS[fmt]
+    check = getattr(importlib.import_module(module), name)
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    kwargs: dict[str, Any] = {"storage_options": storage_options, "progress": show}
+    if fmt in ("minari", "episode-wds"):
+        kwargs["deep"] = deep
+    report = check(src, **kwargs)
+    if as_json:
+        click.echo(report.to_json())
+    elif not quiet:
+        for line in report.lines():
+            click.echo(line)
+    if not report.ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":
