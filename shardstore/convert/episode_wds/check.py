@@ -1,0 +1,67 @@
+"""``shardstore check episode-wds PATH [--deep]``: the episode-frame layout's shards, task by task.
+
+Without ``--deep``: the task folders and their shards are found, each shard starts with its
+metadata member. With ``--deep`` every step is read (the ``dones`` pickles through the restricted
+unpickler, nothing else unpickled): per task its episode and frame counts (the report's lines say
+them, a task with no frame is an error), every step has a ``dones`` part, and an episode whose last
+step is not done (its shard ends first: a cut trajectory) is a warning naming shard and episode.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ...episodes.problems import FormatReport
+from ...episodes.problems import progress as progress_bar
+from ...errors import ShardstoreError
+from .layout import DONES, FORMAT, find_tasks, read_task
+
+__all__ = ["check_episode_wds"]
+
+
+def check_episode_wds(
+    src: str | os.PathLike[str], *, deep: bool = False, storage_options: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> FormatReport:
+    """The checks of the module docstring on the episode-frame folder ``src`` (local; the
+    ``storage_options`` of the CLI are not used)."""
+    report = FormatReport(os.fspath(src), FORMAT, deep=deep)
+    report.ran("tasks")
+    try:
+        tasks = find_tasks(src)
+    except ShardstoreError as e:
+        report.add("error", "tasks", e.detail, file=e.path)
+        report.finish()
+        return report
+    for task in progress_bar(tasks, len(tasks), "task", "Checking episode-wds", progress):
+        name = "/".join(task.names) or str(task.folder)
+        try:
+            stream = read_task(task)
+            if not deep:
+                report.episodes += stream.total_episodes or 0
+                continue
+            report.ran("frames", "dones")
+            episodes = frames = 0
+            for e in stream.episodes:
+                n = e.length(stream.schema)
+                episodes += 1
+                frames += n
+                shard = e.source.get("shard") if isinstance(e.source, dict) else None
+                dones = e.steps.get(DONES)
+                if isinstance(dones, list) and any(d == b"" for d in dones):
+                    report.add("error", "dones", "steps without a dones part", file=shard, episode=e.index,
+                               field=DONES, expected="a dones pickle per step")
+                if not e.terminal:
+                    report.add("warning", "dones", f"the shard ends before this episode's done ({n} steps)",
+                               file=shard, episode=e.index, frame=n - 1, field=DONES,
+                               expected="dones true at an episode's last step")
+            report.episodes += episodes
+            report.frames += frames
+            if frames == 0:
+                report.add("error", "frames", "no frames", file=str(task.folder), field=name,
+                           expected="at least one step")
+        except ShardstoreError as e:
+            report.add("error", "tasks", e.detail, file=e.path, field=e.member)
+    report.finish()
+    return report
