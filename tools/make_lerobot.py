@@ -20,6 +20,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from shardstore.convert.lerobot.meta import column_numpy
+from shardstore.convert.lerobot.stats import image_stats, merge, sample_indices, vector_stats
 from shardstore.episodes.video import scheduling_kept
 
 ENCODER = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
@@ -299,8 +301,8 @@ def make_lerobot(
         tasks = pa.table({"task_index": pa.array(range(len(TASKS)), pa.int64()), "__index_level_0__": TASKS})
         pq.write_table(tasks, os.path.join(out, "meta/tasks.parquet"))
         with open(os.path.join(out, "meta/stats.json"), "w") as f:
-            json.dump(
-                {k: {s: np.asarray(v).tolist() for s, v in d.items()} for k, d in stats[0].items()},
+            json.dump(  # the episodes' stats merged as LeRobot merges them (stats.merge)
+                {k: {s: np.asarray(v).tolist() for s, v in merge([e[k] for e in stats]).items()} for k in stats[0]},
                 f,
                 indent=4,
             )
@@ -310,17 +312,20 @@ def make_lerobot(
 
 
 def _episode_stats(table: object) -> dict:
-    """min, max, mean, std, count of the vector columns, as LeRobot's per-episode stats."""
+    """LeRobot 0.6's per-episode stats of every numeric and image column (quantiles included),
+    computed by the formulas shardstore's deep check pins (shardstore.convert.lerobot.stats)."""
+    from PIL import Image
+
     out = {}
-    for key in ("observation.state", "action"):
-        arr = np.stack(table.column(key).to_pylist()).astype(np.float64)  # type: ignore[attr-defined]
-        out[key] = {
-            "min": arr.min(0),
-            "max": arr.max(0),
-            "mean": arr.mean(0),
-            "std": arr.std(0),
-            "count": np.array([len(arr)]),
-        }
+    n = table.num_rows  # type: ignore[attr-defined]
+    for key in table.column_names:  # type: ignore[attr-defined]
+        column = table.column(key)  # type: ignore[attr-defined]
+        if key == "observation.image":
+            cells = column.to_pylist()
+            frames = [np.asarray(Image.open(io.BytesIO(cells[i]["bytes"]))) for i in sample_indices(n)]
+            out[key] = image_stats(frames)
+        else:
+            out[key] = vector_stats(column_numpy(column, n))
     return out
 
 

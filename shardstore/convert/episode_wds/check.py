@@ -30,8 +30,8 @@ def check_episode_wds(
     report.ran("tasks")
     try:
         tasks = find_tasks(src)
-    except ShardstoreError as e:
-        report.add("error", "tasks", e.detail, file=e.path)
+    except ShardstoreError as err:
+        report.add("error", "tasks", err.detail, file=err.path)
         report.finish()
         return report
     for task in progress_bar(tasks, len(tasks), "task", "Checking episode-wds", progress):
@@ -39,29 +39,29 @@ def check_episode_wds(
         try:
             stream = read_task(task)
             if not deep:
-                report.episodes += stream.total_episodes or 0
+                report.episodes += stream.count or 0
                 continue
             report.ran("frames", "dones")
             episodes = frames = 0
-            for e in stream.episodes:
-                n = e.length(stream.schema)
+            for ep in stream.episodes:
+                n = ep.length(stream.schema)
                 episodes += 1
                 frames += n
-                shard = e.source.get("shard") if isinstance(e.source, dict) else None
-                dones = e.steps.get(DONES)
+                shard = ep.source.get("shard") if isinstance(ep.source, dict) else None
+                dones = ep.steps.get(DONES)
                 if isinstance(dones, list) and any(d == b"" for d in dones):
-                    report.add("error", "dones", "steps without a dones part", file=shard, episode=e.index,
+                    report.add("error", "dones", "steps without a dones part", file=shard, episode=ep.index,
                                field=DONES, expected="a dones pickle per step")
-                if not e.terminal:
+                if not ep.terminal:
                     report.add("warning", "dones", f"the shard ends before this episode's done ({n} steps)",
-                               file=shard, episode=e.index, frame=n - 1, field=DONES,
+                               file=shard, episode=ep.index, frame=n - 1, field=DONES,
                                expected="dones true at an episode's last step")
             report.episodes += episodes
             report.frames += frames
             if frames == 0:
                 report.add("error", "frames", "no frames", file=str(task.folder), field=name,
                            expected="at least one step")
-        except ShardstoreError as e:
-            report.add("error", "tasks", e.detail, file=e.path, field=e.member)
+        except ShardstoreError as err:
+            report.add("error", "tasks", err.detail, file=err.path, field=err.member)
     report.finish()
     return report

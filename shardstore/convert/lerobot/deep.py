@@ -160,8 +160,8 @@ def _check_data_file(
     try:
         with storage.open(path) as f:
             table = pq.read_table(f)
-    except (OSError, ValueError, ShardstoreError) as e:
-        report.add("error", "rows", f"the parquet file does not read: {e}", file=url)
+    except (OSError, ValueError, ShardstoreError) as err:
+        report.add("error", "rows", f"the parquet file does not read: {err}", file=url)
         return 0
     rows = table.num_rows
     columns = _columns(meta, table, url, report)
@@ -198,8 +198,8 @@ def _columns(meta: LeRobotMeta, table: Any, url: str, report: CheckReport) -> di
             continue
         try:
             values = column_numpy(column, table.num_rows)
-        except (ValueError, TypeError) as e:
-            report.add("error", "features", f"column does not read as an array: {e}", file=url, field=key)
+        except (ValueError, TypeError) as err:
+            report.add("error", "features", f"column does not read as an array: {err}", file=url, field=key)
             continue
         shape = list(values.shape[1:]) or [1]
         want = [int(s) for s in feature.get("shape") or [1]]
@@ -294,8 +294,7 @@ def _check_episode_stats(
     for key, mine in out.items():
         said = e.stats.get(key)
         if said is None:
-            report.add("warning", "stats", "no per-episode stats", file=url, episode=e.index, field=key)
-            continue
+            continue  # reported once per feature by ``_check_dataset_stats``
         for stat, found, expected in lstats.compare(said, mine):
             report.add(
                 "error", "stats", f"episode stats {stat} {found}", episode=e.index, field=key,
@@ -339,6 +338,13 @@ def _check_dataset_stats(
 ) -> None:
     """``meta/stats.json`` against the merge (LeRobot's rule) of the recomputed episode stats, and
     for video features of the episodes' own stats."""
+    for key in sorted({k for c in computed.values() for k in c}):
+        lacking = [e.index for e in meta.episodes if e.index in computed and key not in e.stats]
+        if lacking:
+            report.add(
+                "warning", "stats", f"no per-episode stats in {len(lacking)} of {len(meta.episodes)} episodes "
+                f"(first: {lacking[0]})", file=_stats_file(meta), field=key, expected="stats for every numeric feature",
+            )
     if "meta/stats.json" not in meta.files:
         if meta.version == "v3.0":
             report.add("warning", "stats", "no meta/stats.json (LeRobot writes one)", file=storage.url("meta/stats.json"))
@@ -384,8 +390,8 @@ def _check_video_file(
     camera = uses[0][1]
     try:
         ft = frame_times(lambda: storage.open(path), url, storage.size(path))
-    except DecodeError as e:
-        report.add("error", "video", e.detail, file=url, camera=camera, expected="a video whose packets demux")
+    except DecodeError as err:
+        report.add("error", "video", err.detail, file=url, camera=camera, expected="a video whose packets demux")
         return
     _check_video_header(meta, report, url, camera, ft)
     if ft.broken:
@@ -415,11 +421,13 @@ def _check_video_file(
         covered |= inside
         want = start + np.arange(e.length) * step
         found = np.searchsorted(ft.times, want - TOLERANCE_S)
-        hit = (found < ft.frames) & (np.abs(ft.times[np.minimum(found, ft.frames - 1)] - want) < TOLERANCE_S) if ft.frames else np.zeros(e.length, bool)
+        hit: np.ndarray = np.zeros(e.length, np.bool_)
+        if ft.frames:
+            hit = (found < ft.frames) & (np.abs(ft.times[np.minimum(found, ft.frames - 1)] - want) < TOLERANCE_S)
         if not hit.all():
-            i = int(np.flatnonzero(~hit)[0])
+            i = int(np.flatnonzero(np.logical_not(hit))[0])
             report.add(
-                "error", "video", f"no frame at {want[i]:.4f} s ({int((~hit).sum())} of {e.length} rows have none)",
+                "error", "video", f"no frame at {want[i]:.4f} s ({int(np.logical_not(hit).sum())} of {e.length} rows have none)",
                 file=url, episode=e.index, camera=camera, frame=i,
                 expected=f"a frame within {TOLERANCE_S:g} s of from_timestamp + timestamp",
             )

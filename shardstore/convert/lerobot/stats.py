@@ -32,6 +32,7 @@ value to the next bin); ``count`` exactly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,7 @@ def _stats(x: np.ndarray, count: int) -> Stats:
     return out
 
 
-def _quantiles(col: np.ndarray, lo: np.generic, hi: np.generic) -> list[float]:
+def _quantiles(col: np.ndarray, lo: Any, hi: Any) -> list[float]:
     """The histogram quantiles of one column (the bins and interpolation of the module docstring)."""
     edges = np.linspace(lo - 1e-10, hi + 1e-10, BINS + 1)
     cumsum = np.cumsum(np.histogram(col, bins=edges)[0])

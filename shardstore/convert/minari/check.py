@@ -42,8 +42,8 @@ def check_minari(
     try:
         source = inspect_source(src)
         stream = read_minari(src)
-    except ShardstoreError as e:
-        report.add("error", "metadata", e.detail, file=e.path, field=e.member)
+    except ShardstoreError as err:
+        report.add("error", "metadata", err.detail, file=err.path, field=err.member)
         report.finish()
         return report
     report.version = source.version
@@ -60,8 +60,8 @@ def check_minari(
             report.episodes += 1
             if deep:
                 _check_episode(e, length, source.spaces, report, where)
-    except ShardstoreError as e:  # what the reader refuses ends the walk (rows that disagree, a field missing)
-        report.add("error", "read", e.detail, file=e.path, field=e.member)
+    except ShardstoreError as err:  # what the reader refuses ends the walk (rows that disagree, a field missing)
+        report.add("error", "read", err.detail, file=err.path, field=err.member)
     report.frames = steps
     if deep:
         report.ran("totals")
