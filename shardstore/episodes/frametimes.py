@@ -4,7 +4,8 @@ to say whether a video holds exactly the frames its episodes claim.
 One demux of the file gives per packet its presentation time, byte offset and size; the frames are
 the packets' times sorted (every packet of a video stream is one frame). A packet that lies past the
 file's end (a file cut short after its header) or that the demuxer flags corrupt is counted, since a
-decoder would fail there.
+decoder would fail there; the demuxer stops at the first packet cut short, so frames after it are
+missing from ``times``.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
     av = import_av()
     pts: list[int] = []
     broken: list[int] = []
-    try:
-        with open_file() as f, av.open(f, "r") as c:
+    try:  # FFmpeg's own log lines of a broken file are swallowed: the result counts what they say
+        with av.logging.Capture(), open_file() as f, av.open(f, "r") as c:
             if not c.streams.video:
                 raise DecodeError("no video stream", path=name)
             s = c.streams.video[0]

@@ -86,8 +86,8 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
     the header is read) and leaves ``keyframes`` empty: enough to check a file, not to cut it.
     """
     av = import_av()
-    try:
-        with av.open(fileobj, "r") as c:
+    try:  # FFmpeg's log lines of a broken file are swallowed: the error below says what they say
+        with av.logging.Capture(), av.open(fileobj, "r") as c:
             s = c.streams.video[0]
             pts = []
             keys = []

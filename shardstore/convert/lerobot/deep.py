@@ -71,7 +71,9 @@ def deep_meta(meta: LeRobotMeta, storage: Storage, report: CheckReport, progress
     for e in meta.episodes:
         for camera, span in e.videos.items():
             videos.setdefault(span.file, []).append((e, camera))
-    files = [("data", p) for p in by_file if p in present] + [("video", p) for p in videos if p in present]
+    # video files the structural pass could not open are reported there already
+    readable = [p for p in videos if p in present and p in report.video_infos]
+    files = [("data", p) for p in by_file if p in present] + [("video", p) for p in readable]
     computed: dict[int, dict[str, dict[str, np.ndarray]]] = {}
     rows_total = 0
     for kind, path in progress_bar(files, len(files), "file", "Checking LeRobot", progress):
@@ -177,8 +179,8 @@ def _check_data_file(
         lo, hi = int(starts[k]), int(starts[k + 1])
         first_index = e.row_start if meta.version == "v3.0" else global_start + lo
         cut = {key: _Column(c.values[lo:hi] if c.values is not None else None, c.images[lo:hi] if c.images else None) for key, c in columns.items()}
-        _check_rows(meta, report, url, e, cut, first_index or 0)
-        computed[e.index] = _check_episode_stats(meta, report, url, e, cut)
+        broken = _check_rows(meta, report, url, e, cut, first_index or 0)
+        computed[e.index] = _check_episode_stats(meta, report, url, e, cut, broken)
     return rows
 
 
@@ -213,47 +215,60 @@ def _columns(meta: LeRobotMeta, table: Any, url: str, report: CheckReport) -> di
 
 def _check_rows(
     meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column], first_index: int
-) -> None:
+) -> set[str]:
+    """The row rules of one episode; returns the columns that broke one (their stats are not
+    compared: the row fault is the finding, a stats mismatch would only echo it)."""
     n = e.length
     frame = np.arange(n)
+    broken: set[str] = set()
     for key, want in (
         ("frame_index", frame),
         ("index", first_index + frame),
         ("episode_index", np.full(n, e.index)),
     ):
         got = cols.get(key)
-        if got is None or got.values is None:
-            continue
-        _first_mismatch(report, "rows", url, e.index, key, got.values.reshape(n), want)
+        if got is not None and got.values is not None:
+            values = got.values.reshape(n)
+            off = values != want
+            if off.any():
+                i = int(np.flatnonzero(off)[0])
+                broken.add(key)
+                report.add(
+                    "error", "rows", f"{key} {int(values[i])} ({int(off.sum())} rows off)", file=url, episode=e.index,
+                    frame=i, field=key, expected=str(int(want[i])),
+                )
     ts = cols.get("timestamp")
     if ts is not None and ts.values is not None:
+        t = ts.values.reshape(n).astype(np.float64)
         want_t = (frame / meta.fps).astype(np.float32).astype(np.float64)
-        off = np.abs(ts.values.reshape(n).astype(np.float64) - want_t) >= TOLERANCE_S
+        off = np.abs(t - want_t) >= TOLERANCE_S
         if off.any():
             i = int(np.flatnonzero(off)[0])
+            broken.add("timestamp")
             report.add(
-                "error", "timestamps", f"timestamp {float(ts.values.reshape(n)[i]):.6g} s ({int(off.sum())} rows off)",
+                "error", "timestamps", f"timestamp {t[i]:.6g} s ({int(off.sum())} rows off)",
                 file=url, episode=e.index, frame=i, field="timestamp",
                 expected=f"{want_t[i]:.6g} s = frame / {meta.fps:g} fps, within {TOLERANCE_S:g} s",
             )
     tasks = cols.get("task_index")
     if tasks is not None and tasks.values is not None:
-        t = tasks.values.reshape(n)
-        bad = (t < 0) | (t >= len(meta.tasks))
+        task = tasks.values.reshape(n)
+        bad = (task < 0) | (task >= len(meta.tasks))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            broken.add("task_index")
             report.add(
-                "error", "tasks", f"task_index {int(t[i])} names no task", file=url, episode=e.index, frame=i,
+                "error", "tasks", f"task_index {int(task[i])} names no task", file=url, episode=e.index, frame=i,
                 field="task_index", expected=f"0..{len(meta.tasks) - 1} (meta/tasks)",
             )
         else:
-            named = {meta.tasks[int(i)] for i in np.unique(t)}
+            named = {meta.tasks[int(i)] for i in np.unique(task)}
             if e.tasks and named != set(e.tasks):
+                broken.add("task_index")
                 report.add(
                     "error", "tasks", f"rows name tasks {sorted(named)}", file=url, episode=e.index, field="task_index",
                     expected=f"{sorted(e.tasks)} (the episode's tasks)",
                 )
-    report.ran("finite")
     for key, col in cols.items():
         v = col.values
         if v is None or v.dtype.kind != "f" or key in BOOKKEEPING:
@@ -261,45 +276,35 @@ def _check_rows(
         bad = ~np.isfinite(v.reshape(n, -1)).all(1)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
+            broken.add(key)
             report.add(
                 "error", "finite", f"NaN or Inf in {int(bad.sum())} of {n} frames", file=url, episode=e.index,
                 frame=i, field=key, expected="finite values",
             )
-
-
-def _first_mismatch(report: CheckReport, check: str, url: str, ep: int, key: str, got: np.ndarray, want: np.ndarray) -> None:
-    off = got != want
-    if off.any():
-        i = int(np.flatnonzero(off)[0])
-        report.add(
-            "error", check, f"{key} {int(got[i])} ({int(off.sum())} rows off)", file=url, episode=ep, frame=i,
-            field=key, expected=str(int(want[i])),
-        )
+    return broken
 
 
 def _check_episode_stats(
-    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column]
+    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column], broken: set[str]
 ) -> dict[str, dict[str, np.ndarray]]:
-    """The episode's stats recomputed from its rows, compared with what the dataset says."""
+    """The episode's stats recomputed from its rows (those that broke no row rule), compared with
+    what the dataset says: one problem per feature, naming every statistic that differs."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, col in cols.items():
-        if col.values is not None:
-            if col.values.dtype.kind not in "biuf" or not np.isfinite(col.values.astype(np.float64)).all():
-                continue  # NaN rows are reported by ``finite``; their stats would be NaN either way
+        if key in broken:
+            continue
+        if col.values is not None and col.values.dtype.kind in "biuf":
             out[key] = lstats.vector_stats(col.values)
         elif col.images:
             frames = _sampled_images(col.images, report, url, e.index, key)
             if frames:
                 out[key] = lstats.image_stats(frames)
+    where = _stats_file(meta, e)
     for key, mine in out.items():
         said = e.stats.get(key)
-        if said is None:
-            continue  # reported once per feature by ``_check_dataset_stats``
-        for stat, found, expected in lstats.compare(said, mine):
-            report.add(
-                "error", "stats", f"episode stats {stat} {found}", episode=e.index, field=key,
-                file=_stats_file(meta), expected=f"{expected} (recomputed from the rows)",
-            )
+        if said is not None:
+            _report_stats(report, lstats.compare(said, mine), "episode stats", "recomputed from the rows",
+                          file=where, episode=e.index, field=key)
     for key in meta.video_keys:
         said = e.stats.get(key)
         if said is None:
@@ -308,9 +313,18 @@ def _check_episode_stats(
         if bad is None and any((np.asarray(v) < -1e-6).any() or (np.asarray(v) > 1 + 1e-6).any() for s, v in said.items() if s != "count"):
             bad = "values outside [0, 1]"
         if bad:
-            report.add("error", "stats", f"episode stats: {bad}", file=_stats_file(meta), episode=e.index, field=key,
+            report.add("error", "stats", f"episode stats: {bad}", file=where, episode=e.index, field=key,
                        expected="min <= q01 <= ... <= q99 <= max, in [0, 1]")
     return out
+
+
+def _report_stats(report: CheckReport, bad: list[tuple[str, str, str]], what: str, against: str, **where: Any) -> None:
+    """One problem for the statistics of a feature that differ: each named, the first in full."""
+    if bad:
+        stat, found, expected = bad[0]
+        names = ", ".join(b[0] for b in bad)
+        report.add("error", "stats", f"{what} {names} differ; {stat} is {found}",
+                   expected=f"{stat} {expected} ({against})", **where)
 
 
 def _sampled_images(cells: list[Any], report: CheckReport, url: str, ep: int, key: str) -> list[np.ndarray]:
@@ -329,8 +343,14 @@ def _sampled_images(cells: list[Any], report: CheckReport, url: str, ep: int, ke
     return frames
 
 
-def _stats_file(meta: LeRobotMeta) -> str:
-    return "meta/episodes_stats.jsonl" if meta.version == "v2.1" else "meta/episodes/"
+def _stats_file(meta: LeRobotMeta, e: EpisodeEntry | None = None) -> str:
+    """Where the episode's stats are (``meta.root`` joined: a URL or folder like the other files)."""
+    if meta.version == "v2.1":
+        return f"{meta.root.rstrip('/')}/meta/episodes_stats.jsonl"
+    chunk, file = (e.row.get("meta/episodes/chunk_index"), e.row.get("meta/episodes/file_index")) if e else (None, None)
+    if isinstance(chunk, int) and isinstance(file, int):
+        return f"{meta.root.rstrip('/')}/meta/episodes/chunk-{chunk:03d}/file-{file:03d}.parquet"
+    return f"{meta.root.rstrip('/')}/meta/episodes"
 
 
 def _check_dataset_stats(
@@ -374,11 +394,8 @@ def _check_dataset_stats(
         if not complete:
             continue
         stats = {s: np.asarray(v, np.float64) for s, v in said[key].items() if isinstance(v, list | int | float)}
-        for stat, found, expected in lstats.compare(stats, lstats.merge(per)):
-            report.add(
-                "error", "stats", f"stats.json {stat} {found}", file=where, field=key,
-                expected=f"{expected} (the episodes' stats merged as LeRobot merges them)",
-            )
+        _report_stats(report, lstats.compare(stats, lstats.merge(per)), "stats.json", "the episodes' stats merged "
+                      "as LeRobot merges them", file=where, field=key)
 
 
 # ----- videos -----------------------------------------------------------------------------------------
