@@ -71,6 +71,7 @@ class FormatReport:
     frames: int = 0
     videos: int = 0
     checks: list[str] = field(default_factory=list)
+    parts: dict[str, dict[str, int]] = field(default_factory=dict)  # per task / split: episodes, frames
     problems: list[Problem] = field(default_factory=list)
     suppressed: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -114,6 +115,7 @@ class FormatReport:
             "frames": self.frames,
             "videos": self.videos,
             "checks": self.checks,
+            "parts": self.parts,
             "problems": [asdict(p) for p in self.problems],
             "suppressed": self.suppressed,
             "seconds": self.seconds,
@@ -133,8 +135,9 @@ class FormatReport:
             f"{self.source}: {self.format} {self.version or '?'}, {size}"
             f"{' (deep)' if self.deep else ''}: {verdict}"
         )
+        parts = [f"  {name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in self.parts.items()]
         more = [f"... and {n} more {check} errors" for check, n in self.suppressed.items()]
-        return [head, *(str(p) for p in self.problems), *more]
+        return [head, *parts, *(str(p) for p in self.problems), *more]
 
 
 def progress(items: Iterable[_T], total: int, unit: str, desc: str, show: bool) -> Iterator[_T]:

@@ -75,3 +75,19 @@ def test_episode_wds_cli_counts_frames_and_flags_a_cut_trajectory(tmp_path: Path
     assert code == 0  # a warning, not an error
     (cut,) = report["problems"]
     assert (cut["severity"], cut["check"], cut["episode"], cut["field"]) == ("warning", "dones", 1, "dones")
+
+
+def test_episode_wds_cli_finds_a_lost_frame(tmp_path: Path) -> None:
+    import tarfile
+
+    folder = tmp_path / "src" / "demos" / "magical" / "MoveToCorner"
+    write_shard(folder / "full.tar", {"env": "MoveToCorner"}, rollouts(np.random.default_rng(1), [4, 3]))
+    with tarfile.open(folder / "full.tar") as src, tarfile.open(folder / "shard-000000.tar", "w") as dst:
+        for m in src.getmembers():
+            if not m.name.startswith("frame_002."):  # a step lost from the middle of a trajectory
+                dst.addfile(m, src.extractfile(m))
+    (folder / "full.tar").unlink()
+    code, report = check("episode-wds", tmp_path / "src", "--deep")
+    assert code == 1 and report["parts"] == {"demos/magical/MoveToCorner": {"episodes": 2, "frames": 6}}
+    (lost,) = [p for p in report["problems"] if p["check"] == "frames"]
+    assert (lost["episode"], lost["frame"], lost["expected"][:9]) == (0, 2, "frame_002")

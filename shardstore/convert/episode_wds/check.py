@@ -3,8 +3,10 @@
 Without ``--deep``: the task folders and their shards are found, each shard starts with its
 metadata member. With ``--deep`` every step is read (the ``dones`` pickles through the restricted
 unpickler, nothing else unpickled): per task its episode and frame counts (the report's lines say
-them, a task with no frame is an error), every step has a ``dones`` part, and an episode whose last
-step is not done (its shard ends first: a cut trajectory) is a warning naming shard and episode.
+them, a task with no frame is an error), the steps of each shard numbered ``frame_000``,
+``frame_001``... without a gap or repeat (a frame lost or written twice), every step has a
+``dones`` part, and an episode whose last step is not done (its shard ends first: a cut
+trajectory) is a warning naming shard and episode.
 """
 
 from __future__ import annotations
@@ -43,11 +45,14 @@ def check_episode_wds(
                 continue
             report.ran("frames", "dones")
             episodes = frames = 0
+            next_frame: dict[str, int] = {}  # per shard, the frame number its next step must have
             for ep in stream.episodes:
                 n = ep.length(stream.schema)
                 episodes += 1
                 frames += n
                 shard = ep.source.get("shard") if isinstance(ep.source, dict) else None
+                keys = ep.source.get("keys", []) if isinstance(ep.source, dict) else []
+                _check_numbering(report, shard, ep.index, keys, next_frame)
                 dones = ep.steps.get(DONES)
                 if isinstance(dones, list) and any(d == b"" for d in dones):
                     report.add("error", "dones", "steps without a dones part", file=shard, episode=ep.index,
@@ -58,6 +63,7 @@ def check_episode_wds(
                                expected="dones true at an episode's last step")
             report.episodes += episodes
             report.frames += frames
+            report.parts[name] = {"episodes": episodes, "frames": frames}
             if frames == 0:
                 report.add("error", "frames", "no frames", file=str(task.folder), field=name,
                            expected="at least one step")
@@ -65,3 +71,18 @@ def check_episode_wds(
             report.add("error", "tasks", err.detail, file=err.path, field=err.member)
     report.finish()
     return report
+
+
+def _check_numbering(report: FormatReport, shard: Any, episode: int, keys: list[str], next_frame: dict[str, int]) -> None:
+    """The research code numbers a shard's steps ``frame_000``, ``frame_001``... across its
+    trajectories: a number skipped or repeated is a frame lost or written twice."""
+    where = str(shard)
+    for t, key in enumerate(keys):
+        number = key.rsplit("_", 1)[-1]
+        if not number.isdigit():
+            continue
+        want = next_frame.get(where, 0)
+        if int(number) != want:
+            report.add("error", "frames", f"step key {key!r}", file=where, episode=episode, frame=t,
+                       expected=f"frame_{want:03d} (the shard's steps numbered without a gap)")
+        next_frame[where] = int(number) + 1

@@ -323,7 +323,8 @@ def _report_stats(report: CheckReport, bad: list[tuple[str, str, str]], what: st
     if bad:
         stat, found, expected = bad[0]
         names = ", ".join(b[0] for b in bad)
-        report.add("error", "stats", f"{what} {names} differ; {stat} is {found}",
+        verb = "differs" if len(bad) == 1 else "differ"
+        report.add("error", "stats", f"{what}: {names} {verb}; {stat} is {found}",
                    expected=f"{stat} {expected} ({against})", **where)
 
 

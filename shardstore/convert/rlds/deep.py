@@ -21,9 +21,10 @@ def check_deep(
     found = check_rlds(src, decode_images=True, storage_options=storage_options)
     report = FormatReport(src, "RLDS", deep=True)
     report.ran(*found.rules)
-    for split in found.splits.values():
+    for name, split in found.splits.items():
         report.episodes += split["episodes"]
         report.frames += split["steps"]
+        report.parts[f"split {name}"] = dict(split)
     for p in found.problems:
         report.add(
             "error", p["rule"], p["detail"], file=p["file"] or None, episode=p["record"], field=p["field"] or None,
