@@ -67,6 +67,7 @@ class FormatReport:
     format: str
     version: str | None = None
     deep: bool = False
+    unit: str = "frames"  # what a step is called in the format (Minari, RLDS: steps)
     episodes: int = 0
     frames: int = 0
     videos: int = 0
@@ -113,6 +114,7 @@ class FormatReport:
             "warnings": sum(p.severity == "warning" for p in self.problems),
             "episodes": self.episodes,
             "frames": self.frames,
+            "unit": self.unit,
             "videos": self.videos,
             "checks": self.checks,
             "parts": self.parts,
@@ -130,7 +132,7 @@ class FormatReport:
         verdict = "ok" if self.ok else f"{self.errors} error(s)"
         if warnings:
             verdict += f", {warnings} warning(s)"
-        size = f"{self.episodes} episodes, {self.frames} frames" + (f", {self.videos} videos" if self.videos else "")
+        size = f"{self.episodes} episodes, {self.frames} {self.unit}" + (f", {self.videos} videos" if self.videos else "")
         head = (
             f"{self.source}: {self.format} {self.version or '?'}, {size}"
             f"{' (deep)' if self.deep else ''}: {verdict}"

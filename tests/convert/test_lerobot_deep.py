@@ -116,3 +116,36 @@ def test_v21_faults(tmp_path: Path) -> None:
     assert ("rows", 1, "index") in found
     assert ("info", None, "total_frames") in found
     assert any(p.check == "video" and p.episode == 0 and p.camera == cam for p in problems), [str(p) for p in problems]
+
+
+def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
+    """``stats.vector_stats`` against lerobot 0.6.1's ``get_feature_stats`` itself (run in its venv)
+    on arrays with ties, constant columns, float32 and float64: equal, quantiles included."""
+    from shardstore.convert.lerobot import stats as lstats
+
+    if not LEROBOT_PYTHON.exists():
+        pytest.skip(f"no LeRobot venv at {LEROBOT_PYTHON}")
+    rng = np.random.default_rng(1)
+    arrays = {}
+    for t in range(60):
+        x = rng.normal(size=(int(rng.integers(1, 400)), 5)) * rng.uniform(0.001, 100)
+        x = x.astype(np.float32 if t % 2 else np.float64)
+        if t % 5 == 0:
+            x = np.round(x)
+        if t % 7 == 0:
+            x[:, 0] = 3.0
+        arrays[f"a{t}"] = x
+    np.savez(tmp_path / "in.npz", **arrays)
+    script = (
+        "import sys, numpy as np\n"
+        "from lerobot.datasets.compute_stats import get_feature_stats\n"
+        "z = np.load(sys.argv[1])\n"
+        "np.savez(sys.argv[2], **{f'{k}/{s}': np.asarray(v) for k in z.files"
+        " for s, v in get_feature_stats(z[k], axis=0, keepdims=False).items()})\n"
+    )
+    subprocess.run([str(LEROBOT_PYTHON), "-c", script, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
+                   check=True, capture_output=True)
+    theirs = np.load(tmp_path / "out.npz")
+    for key, x in arrays.items():
+        for stat, value in lstats.vector_stats(x).items():
+            assert np.array_equal(np.asarray(value, np.float64).ravel(), theirs[f"{key}/{stat}"].astype(np.float64).ravel()), (key, stat)

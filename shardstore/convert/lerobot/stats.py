@@ -104,30 +104,31 @@ def _stats(x: np.ndarray, count: int) -> Stats:
         "std": np.sqrt(np.maximum(0, variance)),
         "count": np.array([count]),
     }
-    columns = [_quantiles(x[:, i], out["min"][i], out["max"][i]) for i in range(x.shape[1])]
-    for k, q in enumerate(QUANTILES):
-        out[q] = np.array([c[k] for c in columns])
-    return out
+    return out | _quantiles(x, out["min"], out["max"])
 
 
-def _quantiles(col: np.ndarray, lo: Any, hi: Any) -> list[float]:
-    """The histogram quantiles of one column (the bins and interpolation of the module docstring)."""
-    edges = np.linspace(lo - 1e-10, hi + 1e-10, BINS + 1)
-    cumsum = np.cumsum(np.histogram(col, bins=edges)[0])
-    out = []
-    for q in QUANTILES.values():
-        target = q * len(col)
-        i = int(np.searchsorted(cumsum, target))
-        if i == 0:
-            out.append(float(edges[0]))
-        elif i >= len(cumsum):
-            out.append(float(edges[-1]))
-        else:
-            before = cumsum[i - 1]
-            inside = cumsum[i] - before
-            out.append(
-                float(edges[i]) if inside == 0 else float(edges[i] + (target - before) / inside * (edges[i + 1] - edges[i]))
-            )
+def _quantiles(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
+    """The histogram quantiles of every column of ``x`` (the bins and interpolation of the module
+    docstring): the bin of each value as ``np.histogram`` puts it, then per quantile, from the
+    sorted bins, the bin where the cumulative count reaches ``q * n`` and the counts before and in it."""
+    n, d = x.shape
+    # one linspace per column: numpy's linspace over arrays takes another arithmetic path when one
+    # column is constant, and LeRobot builds each column's edges from its own scalars
+    edges = np.stack([np.linspace(lo[j] - 1e-10, hi[j] + 1e-10, BINS + 1) for j in range(d)], axis=1)
+    cols = np.arange(d)
+    b = np.stack([np.searchsorted(edges[:, j], x[:, j], side="right") - 1 for j in range(d)], axis=1)
+    b = np.clip(b, 0, BINS - 1)  # np.histogram: [e_i, e_i+1), the last bin closed
+    ordered = np.sort(b, axis=0)
+    out: Stats = {}
+    for name, q in QUANTILES.items():
+        target = q * n
+        k = min(max(int(np.ceil(target)) - 1, 0), n - 1)
+        at = ordered[k]  # per column: the first bin whose cumulative count reaches the target
+        before = (ordered < at).sum(0)
+        inside = (ordered == at).sum(0)
+        left, right = edges[at, cols], edges[np.minimum(at + 1, BINS), cols]
+        value = left + (target - before) / inside * (right - left)
+        out[name] = np.where(at == 0, edges[0], value).astype(np.float64)
     return out
 
 

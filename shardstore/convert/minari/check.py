@@ -15,6 +15,7 @@ dtype, shape and bounds, a Discrete's range); no NaN in float fields.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -37,7 +38,7 @@ def check_minari(
 ) -> FormatReport:
     """The checks of the module docstring on the Minari dataset ``src`` (a local folder or id;
     ``storage_options`` is accepted for the CLI's sake, Minari datasets are read locally)."""
-    report = FormatReport(os.fspath(src), "Minari", deep=deep)
+    report = FormatReport(os.fspath(src), "Minari", deep=deep, unit="steps")
     report.ran("metadata", "episodes")
     try:
         source = inspect_source(src)
@@ -59,7 +60,8 @@ def check_minari(
             steps += length
             report.episodes += 1
             if deep:
-                _check_episode(e, length, source.spaces, report, where)
+                rel = e.source.get("file") if isinstance(e.source, dict) else None
+                _check_episode(e, length, source.spaces, report, str(source.data_dir.parent / rel) if rel else where)
     except ShardstoreError as err:  # what the reader refuses ends the walk (rows that disagree, a field missing)
         report.add("error", "read", err.detail, file=err.path, field=err.member)
     report.frames = steps
@@ -93,26 +95,27 @@ def _check_metadata(meta: Mapping[str, Any] | None, report: FormatReport, where:
             report.add("warning", "metadata", f"no {key}", file=where, field=key)
 
 
-def _check_episode(e: Episode, n: int, layout: Mapping[str, Any], report: FormatReport, where: str) -> None:
+def _check_episode(e: Episode, n: int, layout: Mapping[str, Any], report: FormatReport, file: str) -> None:
+    add = functools.partial(report.add, file=file)
     report.ran("rows", "terminal", "spaces", "finite")
     for name, values in e.steps.items():
         top = name.split(".")[0]
         rows = len(values)
         want = n + 1 if top in ("observations", "infos") else n
         if top in ("observations", "actions", "rewards", "terminations", "truncations") and rows != want:
-            report.add("error", "rows", f"{rows} rows", episode=e.index, field=name,
+            add("error", "rows", f"{rows} rows", episode=e.index, field=name,
                        expected=f"{want} ({'steps+1' if want > n else 'one per step'}, {n} steps)")
     term = _flags(e.steps.get("terminations"), n)
     trunc = _flags(e.steps.get("truncations"), n)
     ends = term | trunc
     if ends[:-1].any():
         i = int(np.flatnonzero(ends[:-1])[0])
-        report.add("error", "terminal", f"a termination or truncation at step {i} of {n}", episode=e.index, frame=i,
+        add("error", "terminal", f"a termination or truncation at step {i} of {n}", episode=e.index, frame=i,
                    field="terminations" if term[i] else "truncations", expected="only at the last step")
     if n and term[-1] and trunc[-1]:
-        report.add("warning", "terminal", "the last step is both terminated and truncated", episode=e.index, frame=n - 1)
+        add("warning", "terminal", "the last step is both terminated and truncated", episode=e.index, frame=n - 1)
     elif n and not ends[-1]:
-        report.add("warning", "terminal", "the last step is neither terminated nor truncated", episode=e.index,
+        add("warning", "terminal", "the last step is neither terminated nor truncated", episode=e.index,
                    frame=n - 1, expected="terminations or truncations true at the last step")
     for name, values in e.steps.items():
         if not isinstance(values, np.ndarray):
@@ -126,9 +129,9 @@ def _check_episode(e: Episode, n: int, layout: Mapping[str, Any], report: Format
             bad = nan if infinite_ok else bad
             if bad.any():
                 i = int(np.flatnonzero(bad)[0])
-                report.add("error", "finite", f"NaN or Inf in {int(bad.sum())} rows", episode=e.index, frame=i,
+                add("error", "finite", f"NaN or Inf in {int(bad.sum())} rows", episode=e.index, frame=i,
                            field=name, expected="finite values")
-        _check_space(values, spaces.space_at(layout, path), report, e.index, name)
+        _check_space(values, spaces.space_at(layout, path), report, e.index, name, file)
 
 
 def _flags(values: Any, n: int) -> np.ndarray:
@@ -137,18 +140,21 @@ def _flags(values: Any, n: int) -> np.ndarray:
     return values.astype(bool).reshape(n)
 
 
-def _check_space(values: np.ndarray, space: dict[str, Any] | None, report: FormatReport, ep: int, name: str) -> None:
+def _check_space(
+    values: np.ndarray, space: dict[str, Any] | None, report: FormatReport, ep: int, name: str, file: str
+) -> None:
+    add = functools.partial(report.add, file=file)
     if space is None or not len(values):
         return
     kind = space.get("type")
     if kind == "Box":
         shape = [int(s) for s in space.get("shape", [])]
         if list(values.shape[1:]) != shape:
-            report.add("error", "spaces", f"rows of shape {list(values.shape[1:])}", episode=ep, field=name,
+            add("error", "spaces", f"rows of shape {list(values.shape[1:])}", episode=ep, field=name,
                        expected=f"shape {shape} (the Box space)")
             return
         if str(space.get("dtype")) != str(values.dtype):
-            report.add("error", "spaces", f"dtype {values.dtype}", episode=ep, field=name,
+            add("error", "spaces", f"dtype {values.dtype}", episode=ep, field=name,
                        expected=f"{space.get('dtype')} (the Box space)")
         low = np.broadcast_to(np.asarray(space.get("low", -np.inf), np.float64), shape)
         high = np.broadcast_to(np.asarray(space.get("high", np.inf), np.float64), shape)
@@ -156,7 +162,7 @@ def _check_space(values: np.ndarray, space: dict[str, Any] | None, report: Forma
         out = ((v < low) | (v > high)).reshape(len(v), -1).any(1)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            report.add("error", "spaces", f"values outside the Box's bounds in {int(out.sum())} rows", episode=ep,
+            add("error", "spaces", f"values outside the Box's bounds in {int(out.sum())} rows", episode=ep,
                        frame=i, field=name, expected=f"low {_short(low)} .. high {_short(high)}")
     elif kind == "Discrete":
         start, count = int(space.get("start", 0)), int(space.get("n", 0))
@@ -164,7 +170,7 @@ def _check_space(values: np.ndarray, space: dict[str, Any] | None, report: Forma
         out = ((flat < start) | (flat >= start + count)).any(1)
         if out.any():
             i = int(np.flatnonzero(out)[0])
-            report.add("error", "spaces", f"value {flat[i].tolist()} outside the Discrete space", episode=ep, frame=i,
+            add("error", "spaces", f"value {flat[i].tolist()} outside the Discrete space", episode=ep, frame=i,
                        field=name, expected=f"{start}..{start + count - 1}")
 
 
