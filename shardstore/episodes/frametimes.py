@@ -47,25 +47,19 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
     """The ``FrameTimes`` of the first video stream of the file ``open_file()`` gives (``size``
     bytes long); ``DecodeError`` naming ``name`` when it does not open or has no video stream."""
     av = import_av()
-    pts: list[int] = []
-    broken: list[int] = []
     try:  # FFmpeg's own log lines of a broken file are swallowed: the result counts what they say
         with av.logging.Capture(), open_file() as f, av.open(f, "r") as c:
             if not c.streams.video:
                 raise DecodeError("no video stream", path=name)
             s = c.streams.video[0]
             cc = s.codec_context
-            for p in c.demux(s):
-                if not p.size:
-                    continue  # the demuxer's end-of-stream packet
-                t = p.pts if p.pts is not None else p.dts
-                if t is None:
-                    continue
-                pts.append(t)
-                if p.is_corrupt or (p.pos is not None and p.pos >= 0 and p.pos + p.size > size):
-                    broken.append(t)
+            rows = [(p.pts, p.pos, p.size, p.is_corrupt) for p in c.demux(s) if p.size and p.pts is not None]
+            pts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+            end = np.fromiter((r[1] + r[2] if r[1] is not None and r[1] >= 0 else 0 for r in rows), np.int64, len(rows))
+            bad = (end > size) | np.fromiter((r[3] for r in rows), np.bool_, len(rows))
+            broken = pts[bad]
             tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
-            times = np.sort(np.asarray(pts, np.int64)).astype(np.float64) * float(tb)
+            times = np.sort(pts).astype(np.float64) * float(tb)
             return FrameTimes(
                 codec={"libdav1d": "av1", "libaom-av1": "av1"}.get(cc.name, cc.name),
                 width=cc.width,
@@ -75,7 +69,7 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 time_base=tb,
                 times=times,
                 broken=len(broken),
-                first_broken=min(broken) * float(tb) if broken else None,
+                first_broken=float(broken.min()) * float(tb) if len(broken) else None,
                 has_audio=bool(c.streams.audio),
             )
     except (av.error.FFmpegError, ValueError, IndexError) as e:
