@@ -134,7 +134,7 @@ class FormatReport:
             verdict += f", {warnings} warning(s)"
         size = f"{self.episodes} episodes, {self.frames} {self.unit}" + (f", {self.videos} videos" if self.videos else "")
         head = (
-            f"{self.source}: {self.format} {self.version or '?'}, {size}"
+            f"{self.source}: {self.format}{' ' + self.version if self.version else ''}, {size}"
             f"{' (deep)' if self.deep else ''}: {verdict}"
         )
         parts = [f"  {name}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for name, c in self.parts.items()]

@@ -41,7 +41,7 @@ def check_episode_wds(
         try:
             stream = read_task(task)
             if not deep:
-                report.episodes += stream.count or 0
+                report.parts[name] = {"shards": len(task.shards)}
                 continue
             report.ran("frames", "dones")
             episodes = frames = 0
@@ -50,7 +50,8 @@ def check_episode_wds(
                 n = ep.length(stream.schema)
                 episodes += 1
                 frames += n
-                shard = ep.source.get("shard") if isinstance(ep.source, dict) else None
+                shard_name = ep.source.get("shard") if isinstance(ep.source, dict) else None
+                shard = str(task.folder / shard_name) if shard_name else str(task.folder)
                 keys = ep.source.get("keys", []) if isinstance(ep.source, dict) else []
                 _check_numbering(report, shard, ep.index, keys, next_frame)
                 dones = ep.steps.get(DONES)
@@ -73,7 +74,7 @@ def check_episode_wds(
     return report
 
 
-def _check_numbering(report: FormatReport, shard: Any, episode: int, keys: list[str], next_frame: dict[str, int]) -> None:
+def _check_numbering(report: FormatReport, shard: str, episode: int, keys: list[str], next_frame: dict[str, int]) -> None:
     """The research code numbers a shard's steps ``frame_000``, ``frame_001``... across its
     trajectories: a number skipped or repeated is a frame lost or written twice."""
     where = str(shard)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,6 +31,9 @@ from . import spaces
 from .api import METADATA_JSON, inspect_source, read_minari
 
 __all__ = ["check_minari"]
+
+#: How the reader names a place: ``episode 3, field 'observations'``.
+_MEMBER = re.compile(r"^episode (\d+), field '(.*)'$")
 
 
 def check_minari(
@@ -63,7 +67,9 @@ def check_minari(
                 rel = e.source.get("file") if isinstance(e.source, dict) else None
                 _check_episode(e, length, source.spaces, report, str(source.data_dir.parent / rel) if rel else where)
     except ShardstoreError as err:  # what the reader refuses ends the walk (rows that disagree, a field missing)
-        report.add("error", "read", err.detail, file=err.path, field=err.member)
+        m = _MEMBER.match(err.member or "")
+        where_ = {"episode": int(m.group(1)), "field": m.group(2)} if m else {"field": err.member}
+        report.add("error", "read", err.detail, file=err.path, **where_)
     report.frames = steps
     if deep:
         report.ran("totals")

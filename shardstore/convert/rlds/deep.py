@@ -19,7 +19,7 @@ def check_deep(
     """Every rule of ``check_rlds`` on the RLDS folder ``src`` (local or fsspec URL), images
     decoded; ``progress`` is accepted for the CLI (the walk has no bar yet)."""
     found = check_rlds(src, decode_images=True, storage_options=storage_options)
-    report = FormatReport(src, "RLDS", deep=True, unit="steps")
+    report = FormatReport(src, "RLDS", version=src.rstrip("/").rsplit("/", 1)[-1], deep=True, unit="steps")
     report.ran(*found.rules)
     for name, split in found.splits.items():
         report.episodes += split["episodes"]
