@@ -78,3 +78,27 @@ def test_import_and_export_with_s3_on_either_side(
     ds_url = upload(tmp_path / "ds", s3_url("ds"))
     out = export_lerobot(ds_url, str(tmp_path / "v21"), version="2.1", storage_options=storage_options)
     assert out.frames == 22 and not out.reencoded and check(str(tmp_path / "v21")).ok
+
+
+def test_deep_check_from_s3_finds_what_it_finds_locally(
+    source: Path, s3_url: Callable[[str], str], upload: Callable[[Any, str], str], storage_options: dict[str, Any]
+) -> None:
+    """``check lerobot --deep`` on a bucket: every row, stat and packet read through shardstore.storage,
+    the same findings as on the local copy (a NaN seeded; the paths differ by their root only)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardstore.convert.lerobot.deep import check_deep
+
+    data = source / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    action = table.column("action").to_pylist()
+    action[3] = [float("nan")] * 6
+    table = table.set_column(table.column_names.index("action"), "action", pa.array(action, table.schema.field("action").type))
+    pq.write_table(table, data)
+    url = upload(source, s3_url("lerobot-deep"))
+    here, there = check_deep(str(source)), check_deep(url, storage_options=storage_options)
+    assert not there.ok and (there.episodes, there.frames, there.videos) == (here.episodes, here.frames, here.videos)
+    strip = lambda r, root: [str(p).replace(root.rstrip("/"), "ROOT") for p in r.problems]  # noqa: E731
+    assert strip(there, url) == strip(here, str(source))
+    assert any(p.check == "finite" and p.field == "action" and p.frame == 3 for p in there.problems)
