@@ -1113,7 +1113,11 @@ def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool
     """Print the LeRobot checklist's report; exit 1 when it has errors."""
     from .convert.lerobot import check
 
-    report = check(src, storage_options=storage_options)
+    _echo_format_report(check(src, storage_options=storage_options), quiet, as_json)
+
+
+def _echo_format_report(report: Any, quiet: bool, as_json: bool) -> None:
+    """A format check's report (``episodes.problems.FormatReport``) as lines or JSON; exit 1 on an error."""
     if as_json:
         click.echo(report.to_json())
     elif not quiet:
@@ -1275,14 +1279,7 @@ def _format_check(
     kwargs: dict[str, Any] = {"storage_options": storage_options, "progress": show}
     if fmt in ("minari", "episode-wds"):
         kwargs["deep"] = deep
-    report = check(src, **kwargs)
-    if as_json:
-        click.echo(report.to_json())
-    elif not quiet:
-        for line in report.lines():
-            click.echo(line)
-    if not report.ok:
-        sys.exit(1)
+    _echo_format_report(check(src, **kwargs), quiet, as_json)
 
 
 if __name__ == "__main__":
