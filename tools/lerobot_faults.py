@@ -132,6 +132,17 @@ def _appended_take(ds: Path) -> None:
     edit_table(ds / EPISODES, edit)
 
 
+def _stats_json_garbage(ds: Path) -> None:
+    edit_json(ds / "meta/stats.json", lambda s: s["action"].__setitem__("mean", ["abc"] * 6))
+
+
+def _length_lies(ds: Path) -> None:
+    def edit(cols: dict[str, Any]) -> None:
+        cols["length"][2] = 10**12
+
+    edit_table(ds / EPISODES, edit)
+
+
 #: fault -> (seed it, the check that must catch it, where: field / episode / frame it must name)
 FAULTS: dict[str, tuple[Callable[[Path], None], str, dict[str, Any]]] = {
     "nan_action": (_set("action", 1, 5, [float("nan")] * 6), "finite", {"field": "action", "episode": 1, "frame": 5}),
@@ -156,6 +167,9 @@ FAULTS: dict[str, tuple[Callable[[Path], None], str, dict[str, Any]]] = {
     "mp4_cut_in_half": (_cut_video, "video", {"camera": CAM}),
     "ranges_overlap": (_overlap, "video_ranges", {"episode": 2, "camera": CAM}),
     "appended_take": (_appended_take, "appended_frames", {"camera": CAM, "frame": 40}),
+    # hostile metadata: a one-line error, no traceback, nothing allocated by the length it claims
+    "stats_json_garbage": (_stats_json_garbage, "stats", {"field": "action"}),
+    "length_lies": (_length_lies, "rows", {"episode": 2}),
 }
 
 

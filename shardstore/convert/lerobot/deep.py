@@ -209,7 +209,8 @@ def _columns(meta: LeRobotMeta, table: Any, url: str, report: CheckReport) -> di
             report.add("error", "features", f"shape {shape}", file=url, field=key, expected=f"shape {want} (info.json)")
         if str(values.dtype) != dtype:
             report.add("error", "features", f"dtype {values.dtype}", file=url, field=key, expected=f"{dtype} (info.json)")
-        out[key] = _Column(values)
+        if values.dtype.kind in "biuf":  # strings where numbers belong are reported above, not read on
+            out[key] = _Column(values)
     return out
 
 
@@ -309,9 +310,10 @@ def _check_episode_stats(
         said = e.stats.get(key)
         if said is None:
             continue
-        bad = lstats.ordered(said)
-        if bad is None and any((np.asarray(v) < -1e-6).any() or (np.asarray(v) > 1 + 1e-6).any() for s, v in said.items() if s != "count"):
-            bad = "values outside [0, 1]"
+        try:
+            bad = lstats.ordered(said) or lstats.outside(said, 0.0, 1.0)
+        except (ValueError, TypeError) as err:
+            bad = f"statistics that do not read: {err}"
         if bad:
             report.add("error", "stats", f"episode stats: {bad}", file=where, episode=e.index, field=key,
                        expected="min <= q01 <= ... <= q99 <= max, in [0, 1]")
@@ -394,9 +396,15 @@ def _check_dataset_stats(
             continue
         if not complete:
             continue
-        stats = {s: np.asarray(v, np.float64) for s, v in said[key].items() if isinstance(v, list | int | float)}
-        _report_stats(report, lstats.compare(stats, lstats.merge(per)), "stats.json", "the episodes' stats merged "
-                      "as LeRobot merges them", file=where, field=key)
+        try:  # the file's values and the episodes' stored video stats are untrusted
+            if not isinstance(said[key], dict):
+                raise TypeError(f"a {type(said[key]).__name__}, not an object of statistics")
+            bad = lstats.compare(said[key], lstats.merge(per))
+        except (ValueError, TypeError, KeyError) as err:
+            report.add("error", "stats", f"statistics that do not read: {err}", file=where, field=key)
+            continue
+        _report_stats(report, bad, "stats.json", "the episodes' stats merged as LeRobot merges them",
+                      file=where, field=key)
 
 
 # ----- videos -----------------------------------------------------------------------------------------
@@ -435,6 +443,12 @@ def _check_video_file(
                 camera=camera, expected=f"inside the file's 0..{end_of_file:.4f} s",
             )
         previous = (stop, e)
+        if e.length > ft.frames:  # the metadata's length is untrusted: nothing that long is allocated
+            report.add(
+                "error", "video", f"{ft.frames} frames in the whole file", file=url, episode=e.index, camera=camera,
+                expected=f"at least the episode's {e.length} rows",
+            )
+            continue
         inside = (ft.times >= start - TOLERANCE_S) & (ft.times < stop - TOLERANCE_S)
         covered |= inside
         want = start + np.arange(e.length) * step

@@ -32,7 +32,6 @@ value to the next bin); ``count`` exactly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -46,6 +45,7 @@ __all__ = [
     "merge",
     "compare",
     "ordered",
+    "outside",
 ]
 
 Stats = dict[str, np.ndarray]
@@ -163,8 +163,12 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> li
     for stat, value in got.items():
         if stat not in want:
             continue
-        g = np.asarray(value, np.float64)
         w = np.asarray(want[stat], np.float64)
+        try:
+            g = np.asarray(value, np.float64)
+        except (ValueError, TypeError):
+            bad.append((stat, f"{str(value)[:40]!r}", "numbers"))
+            continue
         if g.size != w.size:
             bad.append((stat, f"shape {list(g.shape)}", f"shape {list(w.shape)}"))
             continue
@@ -191,6 +195,15 @@ def ordered(stats: Mapping[str, np.ndarray]) -> str | None:
         m = np.asarray(stats["mean"], np.float64)
         if (m < np.asarray(stats["min"], np.float64) - 1e-6).any() or (m > np.asarray(stats["max"], np.float64) + 1e-6).any():
             return "mean outside min..max"
+    return None
+
+
+def outside(stats: Mapping[str, np.ndarray], lo: float, hi: float) -> str | None:
+    """Which statistic (count aside) has a value outside ``lo..hi``, or None."""
+    for stat, value in stats.items():
+        v = np.asarray(value, np.float64)
+        if stat != "count" and ((v < lo - 1e-6) | (v > hi + 1e-6)).any():
+            return f"{stat} outside [{lo:g}, {hi:g}]"
     return None
 
 
