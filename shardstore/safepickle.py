@@ -25,7 +25,7 @@ from typing import Any
 
 from .errors import DecodeError, UnsafePickleError
 
-__all__ = ["ALLOWED_GLOBALS", "PickleGlobal", "foreign_globals", "loads", "pickle_globals"]
+__all__ = ["ALLOWED_GLOBALS", "BUILD_SLACK", "PickleGlobal", "foreign_globals", "loads", "pickle_globals", "read_flag"]
 
 _NUMPY_CORE = ("numpy.core", "numpy._core")  # numpy 1.x wrote numpy.core, numpy 2.x numpy._core
 
@@ -122,11 +122,104 @@ def foreign_globals(data: bytes) -> list[str]:
     return list(seen)
 
 
-class _Restricted(pickle.Unpickler):
+#: What a pickle may build beyond its own bytes: an array or a ``bytearray(n)`` is as big as the
+#: pickle that carries its bytes, plus this much (an empty array's header, small ranges).
+BUILD_SLACK = 1 << 20
+_SHAPED = frozenset({"_reconstruct", "ndarray"})
+
+
+class _Restricted(pickle._Unpickler):
+    """The pure-Python unpickler (its opcodes can be hooked; the C one's cannot) resolving only
+    ``ALLOWED_GLOBALS`` and checking every call's arguments before making it (``_check_call``)."""
+
+    dispatch = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.limit = len(data) + BUILD_SLACK
+
     def find_class(self, module: str, name: str) -> Any:
         if _canonical(module, name) in ALLOWED_GLOBALS:
             return super().find_class(module, name)
         raise _Refused(module, name)
+
+    def _call(self, func: Any, args: tuple[Any, ...]) -> Any:
+        _check_call(func, args, self.limit)
+        out = func(*args)
+        if type(out).__name__ == "dtype" and getattr(out, "itemsize", 0) > self.limit:
+            raise _TooBig(_qualname(func), out.itemsize, self.limit)
+        return out
+
+    def load_reduce(self) -> None:
+        args = self.stack.pop()
+        self.stack[-1] = self._call(self.stack[-1], tuple(args))
+
+    dispatch[pickle.REDUCE[0]] = load_reduce
+
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        _check_call(cls, tuple(args), self.limit)
+        self.append(cls.__new__(cls, *args))
+
+    dispatch[pickle.NEWOBJ[0]] = load_newobj
+
+    def load_newobj_ex(self) -> None:
+        kwargs = self.stack.pop()
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        _check_call(cls, (*args, *kwargs.values()), self.limit)
+        self.append(cls.__new__(cls, *args, **kwargs))
+
+    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
+
+    def _instantiate(self, klass: Any, args: Any) -> None:
+        self.append(self._call(klass, tuple(args)))
+
+
+def _qualname(func: Any) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__name__', type(func).__name__)}"
+
+
+def _check_call(func: Any, args: tuple[Any, ...], limit: int) -> None:
+    """Refuse a call that would build more than ``limit`` bytes: an integer size
+    (``bytearray(2_500_000_000)``), a long range, an array shape (``_reconstruct``, ``ndarray``),
+    a wide dtype. A pickle carries the bytes of what it builds; one that asks for more lies."""
+    qualname = _qualname(func)
+    for a in args:
+        _check_size(a, qualname, limit)
+    if getattr(func, "__name__", "") in _SHAPED and args:
+        import numpy as np
+
+        pos = 1 if func.__name__ == "_reconstruct" else 0
+        shape = args[pos] if len(args) > pos else ()
+        shape = shape if isinstance(shape, tuple | list) else (shape,)
+        count = 1
+        for n in shape:
+            count *= int(n) if isinstance(n, int) else 1
+        spec = args[pos + 1] if len(args) > pos + 1 else "f8"
+        try:
+            width = max(np.dtype(spec).itemsize, 1) if isinstance(spec, str | bytes | np.dtype) else 8
+        except TypeError:
+            width = 8
+        if count * width > limit:
+            raise _TooBig(qualname, count * width, limit)
+
+
+def _check_size(value: Any, qualname: str, limit: int) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
+        raise _TooBig(qualname, abs(value), limit)
+    if isinstance(value, range) and len(value) > limit:
+        raise _TooBig(qualname, len(value), limit)
+    if isinstance(value, tuple | list) and len(value) <= 64:
+        for v in value:
+            if isinstance(v, int | range) and not isinstance(v, bool):
+                _check_size(v, qualname, limit)
+
+
+class _TooBig(Exception):
+    def __init__(self, qualname: str, size: int, limit: int) -> None:
+        super().__init__(f"pickle asks {qualname} for {size} where it carries at most {limit} bytes")
 
 
 class _Refused(Exception):
@@ -144,7 +237,9 @@ def loads(data: bytes) -> Any:
     not a whole pickle. Callers add the file and member (``ShardstoreError`` fields).
     """
     try:
-        return _Restricted(io.BytesIO(data)).load()
+        return _Restricted(data).load()
+    except _TooBig as e:
+        raise UnsafePickleError(f"{e}: refused, nothing built") from None
     except _Refused as e:
         pos = next((g.pos for g in _safe_globals(data) if (g.module, g.name) == (e.module, e.name)), None)
         at = f" (byte {pos} of the pickle)" if pos is not None else ""
@@ -161,3 +256,78 @@ def _safe_globals(data: bytes) -> list[PickleGlobal]:
         return pickle_globals(data)
     except DecodeError:
         return []
+
+
+#: A pickled bool, numpy bool or one-element bool array takes under 250 bytes.
+FLAG_MAX = 1024
+_BOOL_DTYPES = frozenset({"b1", "?", "bool"})
+
+
+class _Inert:
+    """What ``read_flag``'s unpickler gives for a global, and for a call of one: the name and the
+    arguments, nothing called."""
+
+    def __init__(self, name: str, args: tuple[Any, ...] = ()) -> None:
+        self.name = name
+        self.args = args
+        self.state: Any = None
+
+    def __call__(self, *args: Any) -> _Inert:
+        return _Inert(self.name, args)
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+
+class _InertUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if _canonical(module, name) in ALLOWED_GLOBALS and module.split(".")[0] in ("numpy", "_codecs"):
+            return _Inert(name)
+        raise _Refused(module, name)
+
+
+def read_flag(data: bytes) -> bool:
+    """A pickled bool (Python's, a numpy bool scalar or a one-element numpy bool array) read without
+    decoding the pickle: every global it names becomes an inert placeholder, so nothing of numpy or
+    Python is called and nothing is built but the pickle's own small values. What a layout needs to
+    cut episodes (``dones``) without the pickle opt-in. Raises ``UnsafePickleError`` for a pickle
+    naming anything else, ``DecodeError`` for one that is not such a bool or over ``FLAG_MAX`` bytes.
+    """
+    if len(data) > FLAG_MAX:
+        raise DecodeError(f"a pickled flag of {len(data)} bytes (a bool takes under {FLAG_MAX}): read it with the pickle opt-in")
+    try:
+        value = _InertUnpickler(io.BytesIO(data)).load()
+    except _Refused as e:
+        raise UnsafePickleError(f"pickle refers to {e.module}.{e.name}, which a flag never needs: refused, nothing loaded") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+        raise DecodeError(f"not a pickled bool: {type(e).__name__}: {e}") from e
+    flag = _flag_of(value)
+    if flag is None:
+        raise DecodeError("not a pickled bool (Python's, a numpy bool or a one-element bool array)")
+    return flag
+
+
+def _flag_of(value: Any) -> bool | None:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, _Inert):
+        return None
+    if value.name == "scalar" and len(value.args) == 2 and _is_bool_dtype(value.args[0]):
+        return _one_byte(value.args[1])
+    if value.name == "_frombuffer" and len(value.args) >= 3 and value.args[2] in ((), (1,)):
+        return _one_byte(value.args[0]) if _is_bool_dtype(value.args[1]) else None
+    if value.name == "_reconstruct" and isinstance(value.state, tuple) and len(value.state) == 5:
+        _, shape, dtype, _, raw = value.state
+        if shape in ((), (1,)) and _is_bool_dtype(dtype):
+            return _one_byte(raw)
+    return None
+
+
+def _is_bool_dtype(value: Any) -> bool:
+    return isinstance(value, _Inert) and value.name == "dtype" and bool(value.args) and value.args[0] in _BOOL_DTYPES
+
+
+def _one_byte(raw: Any) -> bool | None:
+    if isinstance(raw, _Inert) and raw.name == "encode" and len(raw.args) == 2 and raw.args[1] == "latin1":
+        raw = raw.args[0].encode("latin1") if isinstance(raw.args[0], str) and len(raw.args[0]) == 1 else None
+    return bool(raw[0]) if isinstance(raw, bytes | bytearray) and len(raw) == 1 and raw[0] in (0, 1) else None

@@ -17,9 +17,9 @@ import socket
 import uuid
 from collections.abc import Callable
 
-from ..errors import ConfigError, PathEscapeError, StorageError
+from ..errors import ConfigError, StorageError
 
-__all__ = ["StagedFolder", "safe_relpath"]
+__all__ = ["StagedFolder"]
 
 _HOST = socket.gethostname().replace("-", "_")
 
@@ -90,11 +90,3 @@ def _remove_dead(parent: str, prefix: str) -> None:
         except OSError:
             pass  # alive (another user's process) or unknowable: leave it
 
-
-def safe_relpath(rel: str) -> str:
-    """``rel`` (a ``/``-separated name from a dataset's own files) as a local relative path;
-    refuses names that would leave the folder they are written under (``..``, absolute, drive)."""
-    parts = rel.replace("\\", "/").split("/")
-    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or ":" in parts[0]:
-        raise PathEscapeError("a file name from the dataset must be a plain relative path", member=rel)
-    return os.path.join(*parts)

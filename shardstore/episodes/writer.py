@@ -36,7 +36,8 @@ from .encode import EncodedEpisode, encode_episode
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter
 from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
 from .parts import encoded_parts
-from .staging import StagedFolder, safe_relpath
+from .names import safe_relpath
+from .staging import StagedFolder
 from .tarwriter import TarWriter
 
 __all__ = ["EpisodeWriter", "WriteReport", "infer_schema", "DEFAULT_SHARD_SIZE"]

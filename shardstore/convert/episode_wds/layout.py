@@ -11,8 +11,8 @@ true.
 Into the episode model:
 
 - every part is a ``media`` field with encoding ``pickle`` (``acts.pickle`` -> field ``acts``): its
-  pickle bytes are kept exactly and never loaded, except ``dones``, read through the restricted
-  unpickler of ``shardstore.safepickle`` (numpy and builtins only) to cut episodes; a field a step
+  pickle bytes are kept exactly and never loaded; ``dones`` is read by ``safepickle.read_flag`` (a
+  bool recognised with every global inert: nothing called, no opt-in) to cut episodes; a field a step
   lacks is ``b""`` there (a pickle is never empty) and stays missing on export;
 - an episode never spans shards: one whose last step is not done (the shard ends first) is kept,
   ``terminal=False`` and ``metadata["truncated"] = True``, not merged into the next shard's;
@@ -44,7 +44,8 @@ import numpy as np
 
 from ... import safepickle
 from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ...episodes.staging import StagedFolder, safe_relpath
+from ...episodes.names import safe_name
+from ...episodes.staging import StagedFolder
 from ...errors import (
     DecodeError,
     EpisodeFormatError,
@@ -76,6 +77,11 @@ _CHUNK = 1 << 20
 _UNBOUNDED = 1 << 62
 #: Members walked (and so held in memory) at a time.
 _WALK_BATCH = 64
+#: Largest member of a ``.tar.zst`` read (a step's part, held in memory whole): a compressed
+#: shard gives no real size to check a member's declared size against.
+MAX_ZST_MEMBER = 1 << 28
+#: Where the names an export writes come from (the store's field tree and episode index).
+SCHEMA_WHERE = ".nv-meta/schema.json"
 
 
 # ----- where the shards are ------------------------------------------------------------------------
@@ -234,10 +240,18 @@ def _members(path: Path) -> Iterator[_Member]:
         zst = _ZstdReader(raw, where) if path.name.endswith(".zst") else None
         stream: IO[bytes] = io.BufferedReader(zst, _CHUNK) if zst is not None else raw
         window = _Window(stream, where)
+        # every member is held in memory whole: its declared size is checked before it is read
+        limit, limit_what = (MAX_ZST_MEMBER, "the limit on a member of a .tar.zst") if zst else (
+            os.fstat(raw.fileno()).st_size, "the shard's size")
         for batch in iter_member_batches(window.read_at, _UNBOUNDED, where, _WALK_BATCH):
             for m in batch.members():
                 if m.kind != REGULAR:
                     continue
+                if m.size > limit:
+                    raise TarFormatError(
+                        f"member of {m.size} bytes: more than {limit_what} ({limit} bytes)",
+                        path=where, member=m.name, offset=m.header_offset,
+                    )
                 try:
                     data = window.read_at(m.data_offset, m.size)
                 except TruncatedTarError:
@@ -300,14 +314,10 @@ def _is_done(step: _Step, path: Path) -> bool:
     if part is None:
         raise EpisodeFormatError(f"the step has no {DONES} part", path=str(path), member=step.key, offset=step.offset)
     m = step.parts[part]
-    value = _unpickle(m, path)
-    if isinstance(value, np.ndarray) and value.shape in ((), (1,)):
-        value = value.reshape(())[()]
-    if not isinstance(value, bool | np.bool_):
-        raise EpisodeFormatError(
-            f"{DONES} is {type(value).__name__}, not a bool", path=str(path), member=m.name, offset=m.offset
-        )
-    return bool(value)
+    try:
+        return safepickle.read_flag(m.data)  # read, not unpickled: no opt-in needed
+    except ShardstoreError as e:
+        raise type(e)(f"{DONES}: {e.detail}", path=str(path), member=m.name, offset=m.offset) from e
 
 
 def _unpickle(m: _Member, path: Path) -> Any:
@@ -499,8 +509,7 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
                 name = f"shard-{len(names):06d}.tar" + (".zst" if compress else "")
             else:
                 name = src if compress is None else src.removesuffix(".zst") + (".zst" if compress else "")
-                if "/" in safe_relpath(name).replace(os.sep, "/"):  # a name from the dataset's own files
-                    raise PathEscapeError("a shard name must be a plain file name", member=name)
+                safe_name(name, SCHEMA_WHERE, "shard name")  # a name from the dataset's own files
                 if name in names:  # its episodes are not together in the stream: refuse, never overwrite
                     raise EpisodeFormatError(
                         f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}"
@@ -553,10 +562,13 @@ class _ShardWriter:
         if not isinstance(keys, list) or len(keys) != n:
             keys = None
         for t in range(n):
-            key = str(keys[t]) if keys is not None else f"frame_{self._frame:03d}"
+            key = keys[t] if keys is not None else f"frame_{self._frame:03d}"
             self._frame += 1
+            if keys is not None and "." in safe_name(key, f"episode {episode.index}", "step key"):
+                raise PathEscapeError("a step key holds no dot (the part starts at the first one): refused",
+                                      path=f"episode {episode.index}", member=repr(key))
             for part, data in _step_parts(schema, episode, t, n):
-                self._add(f"{key}.{part}", data)
+                self._add(f"{key}.{safe_name(part, SCHEMA_WHERE, 'part name')}", data)
 
     def close(self) -> None:
         self._tar.close()

@@ -34,7 +34,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema
-from ...episodes.staging import StagedFolder, safe_relpath
+from ...episodes.names import safe_relpath
+from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError
 from . import arrow as minari_arrow
 from . import hdf5 as minari_hdf5
