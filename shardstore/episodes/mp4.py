@@ -86,15 +86,21 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
     the header is read) and leaves ``keyframes`` empty: enough to check a file, not to cut it.
     """
     av = import_av()
+    size = _file_size(fileobj)
     try:  # FFmpeg's log lines of a broken file are swallowed: the error below says what they say
         with av.logging.Capture(), av.open(fileobj, "r") as c:
             s = c.streams.video[0]
-            pts = []
+            pts: list[int] = []
             keys = []
             leading = False
+            counted = 0
             if not packets and s.frames > 0:
-                pts = list(range(s.frames))
-            for p in c.demux(s) if packets or not pts else ():
+                # the sample table's count, checked before use: a frame takes at least a byte
+                if s.frames > size:
+                    raise DecodeError(f"the sample table claims {s.frames} frames in a file of {size} bytes",
+                                      path=name)
+                counted = s.frames
+            for p in c.demux(s) if packets or not counted else ():
                 if p.size and p.pts is not None:
                     pts.append(p.pts)
                     if p.is_keyframe:
@@ -109,7 +115,7 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
                 height=cc.height,
                 pix_fmt=cc.pix_fmt or "yuv420p",
                 fps=float(s.average_rate or s.guessed_rate or 0),
-                frames=len(pts),
+                frames=counted or len(pts),
                 keyframes=tuple(sorted(order[k] for k in keys)),
                 extradata=bytes(cc.extradata or b""),
                 has_audio=bool(c.streams.audio),
@@ -117,6 +123,13 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
             )
     except (av.error.FFmpegError, IndexError) as e:
         raise DecodeError(f"cannot read the video: {e}", path=name) from e
+
+
+def _file_size(fileobj: IO[bytes]) -> int:
+    here = fileobj.tell()
+    end = fileobj.seek(0, 2)
+    fileobj.seek(here)
+    return int(end)
 
 
 def _codec_name(name: str) -> str:

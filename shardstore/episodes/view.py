@@ -27,6 +27,7 @@ from ..dataset import open as open_dataset
 from ..errors import (
     DatasetNotPreparedError,
     DecodeError,
+    IndexCorruptError,
     PickleNotAllowedError,
     SampleNotFoundError,
     ShardstoreError,
@@ -37,6 +38,7 @@ from ..tarscan import fill_plain_sample, plain_members
 from . import layout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
+from .names import safe_relpath
 from .npy import decode, decode_rows, parse_header
 from .packets import PACKETS_FILE
 from .video import VideoRef, VideoStore, refs_from_bytes
@@ -135,7 +137,8 @@ class Episodes:
             rel = self.schema.attrs.get("video_store")
             if not rel:
                 raise DatasetNotPreparedError("this dataset has no video store", path=self.dataset.url)
-            url = self.dataset.url.rstrip("/") + "/" + str(rel)
+            where = self.dataset.storage.url(f"{_META}/{SCHEMA_JSON}")
+            url = self.dataset.url.rstrip("/") + "/" + safe_relpath(rel, where, "video_store").replace(os.sep, "/")
             names = self.schema.attrs.get("video_files") or []
             packets = self.schema.attrs.get("video_packets")
             if packets not in (None, PACKETS_FILE):  # a name from the dataset: only the one it may be
@@ -167,9 +170,44 @@ class Episodes:
         if shard.tar_file_id not in ds._checked:
             ds.check_shard(shard)
         first = int(self._first[e])
+        end = first + int(self._samples[e])
+        if end >= len(offs):
+            raise IndexCorruptError(f"episodes.sqlite places samples {first}..{end - 1} in a shard of {len(offs) - 1}",
+                                    path=ds.storage.url(shard.name), member=f"episode {int(self._number[e])}")
         bounds = offs[first + lo : first + hi + 1].tolist()
         base = bounds[0]
-        return shard, base, ds.storage.read_at(shard.name, base, bounds[-1] - base), [b - base for b in bounds]
+        # one header more when the episode's last sample is read: the next sample must not be its
+        tail = 512 if first + hi == end and end < len(offs) - 1 else 0
+        data = ds.storage.read_at(shard.name, base, bounds[-1] - base + tail)
+        rel = [b - base for b in bounds]
+        self._check_keys(e, lo, hi, data, rel, tail, shard)
+        return shard, base, data, rel
+
+    def _check_keys(self, e: int, lo: int, hi: int, data: bytes, bounds: list[int], tail: int, shard: ShardRef) -> None:
+        """The identity check of a read (a few byte compares): the first and last samples read have
+        the keys ``episodes.sqlite`` says (``first_key``'s numbering), and when the episode's last
+        sample is read, the sample after it is another episode's, so the stored counts agree with the
+        shard. A plain ustar header holds the name at its start; a PAX or GNU long name header
+        (which our writer never makes for these keys) is left to the part parser."""
+        number = int(self._number[e])
+        if self.granularity == "step":
+            checks = [(bounds[0], layout.step_key(number, lo)), (bounds[-2], layout.step_key(number, hi - 1))]
+        else:
+            checks = [(bounds[0], layout.episode_key(number))]
+        for at, key in checks:
+            if data[at + 156 : at + 157] in (b"0", b"\0") and data[at : at + len(key) + 1] != key.encode() + b".":
+                raise IndexCorruptError(
+                    f"the sample read is {_header_name(data, at)!r}, where episodes.sqlite and .tar.idx place {key!r}: "
+                    "rerun prepare (or the import)", path=self.dataset.storage.url(shard.name), member=f"episode {number}")
+        if tail:
+            at = bounds[-1]
+            prefix = (layout.step_key(number, 0)[:_KEY_FIXED] if self.granularity == "step"
+                      else layout.episode_key(number) + ".").encode()
+            if data[at + 156 : at + 157] in (b"0", b"\0") and data[at : at + len(prefix)] == prefix:
+                raise IndexCorruptError(
+                    f"the episode goes on past its stored {int(self._samples[e])} samples "
+                    f"({_header_name(data, at)!r} follows): rerun the import",
+                    path=self.dataset.storage.url(shard.name), member=f"episode {number}")
 
     def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
         """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
@@ -446,6 +484,10 @@ class Episodes:
 
     def __repr__(self) -> str:
         return f"Episodes({self.dataset.url!r}, split={self.dataset.split!r}, episodes={len(self)}, granularity={self.granularity!r})"
+
+
+def _header_name(data: bytes, at: int) -> str:
+    return data[at : at + 100].split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _rows(f: FieldSpec, n: int) -> int:

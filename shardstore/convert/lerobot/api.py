@@ -433,18 +433,17 @@ def _write_metadataset(root: str, source_files: Mapping[str, bytes]) -> None:
     polylithic form; the steps' ``.json`` parts name files of ``aux.videos``)."""
     import json
 
+    import yaml
+
     splits = list(json.loads(source_files.get("meta/info.json", b"{}")).get("splits") or {"train": ""})
-    lines = ["__module__: megatron.energon", "__class__: MetadatasetV2", "splits:"]
-    for split in splits:
-        lines += [
-            f"  {split}:",
-            "    path: .",
-            f"    split_part: {split}",
-            "    aux:",
-            f"      videos: {VIDEO_STORE}",
-        ]
+    doc = {
+        "__module__": "megatron.energon",
+        "__class__": "MetadatasetV2",
+        # written by PyYAML: a split name from info.json is a string, whatever it holds
+        "splits": {str(s): {"path": ".", "split_part": str(s), "aux": {"videos": VIDEO_STORE}} for s in splits},
+    }
     with open(os.path.join(root, METADATASET), "w") as f:
-        f.write("\n".join(lines) + "\n")
+        yaml.safe_dump(doc, f, sort_keys=False)
 
 
 def export_lerobot(

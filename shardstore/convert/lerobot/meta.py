@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import posixpath
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import LeRobotFormatError, MissingExtraError, StorageError
+from ...episodes.metafiles import read_metadata_files
+from ...episodes.names import fill_template
+from ...errors import LeRobotFormatError, MissingExtraError, PathEscapeError, StorageError
 from ...storage import Storage
 
 __all__ = [
@@ -119,11 +120,12 @@ def template_fields(template: str) -> set[str]:
 
 
 def fill(template: str, where: str, **values: Any) -> str:
-    """``template`` filled; an unknown field is a format error naming the template."""
+    """``template`` filled (``episodes.names.fill_template``: plain fields, narrow widths, the
+    result a contained relative path); anything else is a format error naming the template."""
     try:
-        return template.format(**values)
-    except (KeyError, IndexError, ValueError) as e:
-        raise LeRobotFormatError(f"path template {template!r} does not fit: {e!r}", path=where) from e
+        return fill_template(template, where, **values)
+    except PathEscapeError as e:
+        raise LeRobotFormatError(e.detail, path=where, member=e.member) from e
 
 
 def _json(data: bytes, path: str) -> Any:
@@ -179,8 +181,8 @@ def read_info(storage: Storage) -> tuple[dict[str, Any], str]:
 def load_meta(storage: Storage) -> LeRobotMeta:
     """Read ``meta/`` of the dataset at ``storage`` (either version) into a ``LeRobotMeta``."""
     info, version = read_info(storage)
-    files = {p: storage.read(p) for p in storage.list() if p.startswith("meta/") or p == "README.md"}
-    files = dict(sorted(files.items()))
+    names = sorted(p for p in storage.list() if p.startswith("meta/") or p == "README.md")
+    files = read_metadata_files(storage, names)
     meta = LeRobotMeta(storage.url(), version, info, [], [], files)
     (_load_v21 if version == "v2.1" else _load_v30)(meta, storage)
     return meta
@@ -324,9 +326,3 @@ def column_numpy(column: Any, rows: int) -> np.ndarray:
     return np.ascontiguousarray(values).reshape(shape)
 
 
-def in_root(path: str, where: str) -> str:
-    """A path named by the dataset's own files, refused if it leaves the dataset's folder."""
-    norm = posixpath.normpath(path)
-    if "\\" in path or norm.startswith("../") or norm == ".." or posixpath.isabs(norm):
-        raise LeRobotFormatError(f"path {path!r} leaves the dataset or uses backslashes", path=where)
-    return norm

@@ -100,13 +100,64 @@ def _episode_groups(f: Any, path: Path) -> list[tuple[int, str]]:
     return found
 
 
+#: Deepest nesting of groups below an episode read (Minari nests dict spaces a few levels).
+MAX_DEPTH = 64
+#: How much more a dataset may declare than it stores (compression, fill values) before its
+#: declared size is not believed: a 175 KB file declaring 5M steps is refused before reading.
+MAX_RATIO = 1024
+
+
+def _children(group: Any, prefix: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
+    """The members of ``group`` by hard link only, each checked before use: a soft or external
+    link, a virtual dataset or one with external raw storage names a file outside the source (or a
+    cycle) and is refused (``PathEscapeError`` naming the object); nesting past ``MAX_DEPTH`` and a
+    dataset declaring far more than it stores are ``EpisodeFormatError``s. Iterative callers
+    keep the walk off Python's recursion limit."""
+    h5py = h5py_module()
+    path = group.file.filename
+    if len(prefix) > MAX_DEPTH:
+        raise EpisodeFormatError(f"groups nested deeper than {MAX_DEPTH} levels", path=path,
+                                 member="/".join(prefix[:4]) + "/...")
+    for name in group:
+        where = group.name.rstrip("/") + "/" + name
+        link = group.get(name, getlink=True)
+        if isinstance(link, h5py.SoftLink | h5py.ExternalLink):
+            kind = "a soft link" if isinstance(link, h5py.SoftLink) else f"an external link to {link.filename!r}"
+            raise PathEscapeError(f"{kind}: links are not followed in a source", path=path, member=where)
+        obj = group[name]
+        if isinstance(obj, h5py.Dataset):
+            if obj.is_virtual:
+                raise PathEscapeError("a virtual dataset (its data lives in other files): refused", path=path,
+                                      member=where)
+            if obj.external:
+                raise PathEscapeError("a dataset with external raw storage (files outside the source): refused",
+                                      path=path, member=where)
+            stored = obj.id.get_storage_size()
+            if obj.size and obj.nbytes > MAX_RATIO * stored + (1 << 20):
+                raise EpisodeFormatError(f"declares {obj.shape} ({obj.nbytes} bytes) but stores {stored} bytes",
+                                         path=path, member=where)
+        yield name, obj
+
+
+def _walk(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every object below ``group`` with its path, depth first in the file's order (checked by
+    ``_children``), on a stack of its own rather than Python's."""
+    h5py = h5py_module()
+    stack = [(_children(group, prefix), prefix)]
+    while stack:
+        item = next(stack[-1][0], None)
+        if item is None:
+            stack.pop()
+            continue
+        at = (*stack[-1][1], item[0])
+        yield at, item[1]
+        if isinstance(item[1], h5py.Group):
+            stack.append((_children(item[1], at), at))
+
+
 def _leaves(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
     h5py = h5py_module()
-    for name, obj in group.items():
-        if isinstance(obj, h5py.Group):
-            yield from _leaves(obj, (*prefix, name))
-        else:
-            yield (*prefix, name), obj
+    return ((at, obj) for at, obj in _walk(group, prefix) if not isinstance(obj, h5py.Group))
 
 
 def _steps_of(group: Any, path: Path, name: str) -> int:
@@ -119,11 +170,7 @@ def empty_groups(group: Any, prefix: tuple[str, ...] = ()) -> list[list[str]]:
     """Paths of the groups holding nothing (CartPole's ``infos`` when infos were not recorded):
     not fields, but Minari reads an empty group as ``{}`` and a missing one as None."""
     h5py = h5py_module()
-    out: list[list[str]] = []
-    for name, obj in group.items():
-        if isinstance(obj, h5py.Group):
-            out += [[*prefix, name]] if len(obj) == 0 else empty_groups(obj, (*prefix, name))
-    return out
+    return [list(at) for at, obj in _walk(group, prefix) if isinstance(obj, h5py.Group) and len(obj) == 0]
 
 
 def first_episode_empty_groups(path: Path) -> list[list[str]]:

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
+from ...episodes.names import safe_name
 from ...episodes.staging import StagedFolder
-from ...errors import ConfigError, EpisodeFormatError, TFRecordFormatError
+from ...errors import ConfigError, EpisodeFormatError, ShardstoreError, TFRecordFormatError
 from ...executors import worker_storage
 from ...storage import open_storage
 from .features import Leaf, build_features_json, leaf_to_field, parse_features_json
@@ -67,12 +68,14 @@ class RldsSplit:
 
     def shard_name(self, dataset: str, i: int, count: int | None = None) -> str:
         n = len(self.shard_lengths) if count is None else count
-        return (
+        name = (
             self.template.replace("{DATASET}", dataset)
             .replace("{SPLIT}", self.name)
             .replace("{FILEFORMAT}", "tfrecord")
             .replace("{SHARD_X_OF_Y}", f"{i:05d}-of-{n:05d}")
         )
+        # a name from the dataset's own files, read from or written to: one plain file name
+        return safe_name(name, DATASET_INFO_JSON, f"file name filepathTemplate {self.template!r} gives")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +112,11 @@ def read_rlds_info(info_bytes: bytes, features_bytes: bytes, where: str = "") ->
             )
             for s in info["splits"]
         )
-        name, version = str(info["name"]), str(info.get("version", ""))
+        name, version = safe_name(info["name"], path, "dataset name"), str(info.get("version", ""))
+        for s in splits:
+            safe_name(s.name, path, "split name")
     except (ValueError, KeyError, TypeError) as e:
-        if isinstance(e, ConfigError):
+        if isinstance(e, ShardstoreError):
             raise
         raise ConfigError(f"invalid dataset_info.json: {e!r}", path=path) from e
     leaves = tuple(parse_features_json(features_bytes, os.path.join(where, FEATURES_JSON)))
@@ -421,7 +426,7 @@ def _write(
         info = read_rlds_info(json.dumps(dict(base, splits=[])).encode(), features)
     if name is not None:
         base["name"] = name
-    dataset = str(base["name"])
+    dataset = safe_name(base["name"], DATASET_INFO_JSON, "dataset name")
     leaves = info.leaves
     stage = staged.path
     known = {s.name: len(s.shard_lengths) for s in info.splits} if rlds_source else {}
@@ -466,6 +471,7 @@ class _ShardSet:
         return sum(n for (s, _), n in self.lengths.items() if s == split)
 
     def add(self, split: str, shard: int, count: int | None, payload: bytes) -> None:
+        safe_name(split, "the episode index", "split name")  # names a file below
         key = (split, shard)
         if split not in self.order:
             self.order.append(split)

@@ -13,6 +13,7 @@ bytes.
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
     """
     crc = _crc32c()
     index = offset = 0
+    size = _size(f)
     while True:
         header = f.read(_HEADER.size)
         if not header:
@@ -82,6 +84,15 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
         if _mask(crc(header[:8])) != length_crc:
             raise TFRecordFormatError(
                 "length CRC mismatch (corrupt record header)", path=path, member=where, offset=offset
+            )
+        left = size - offset - _HEADER.size
+        if length + _FOOTER.size > left:  # checked before reading: a length is a size to allocate
+            raise TFRecordFormatError(
+                f"truncated record: {length} payload bytes announced, the file has {max(left, 0)} bytes left "
+                f"for its {length + _FOOTER.size} remaining bytes",
+                path=path,
+                member=where,
+                offset=offset,
             )
         body = f.read(length + _FOOTER.size)
         if len(body) < length + _FOOTER.size:
@@ -101,6 +112,23 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
         yield Record(index, offset, payload)
         index += 1
         offset += _HEADER.size + length + _FOOTER.size
+
+
+def _size(f: IO[bytes]) -> int:
+    """The file's size (its end found by seeking; the position kept): what a record's length is
+    checked against. A stream that cannot seek gets ``MAX_RECORD`` past where it is."""
+    try:
+        here = f.tell()
+        end = f.seek(0, os.SEEK_END)
+        f.seek(here)
+        return int(end) - here
+    except (OSError, ValueError, AttributeError):
+        return MAX_RECORD
+
+
+#: Largest record read from a stream whose size is unknown (one episode: RLDS keeps an episode per
+#: record, and the TFDS writers shard at a few hundred MB).
+MAX_RECORD = 1 << 31
 
 
 def _mask(crc: int) -> int:
