@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from ..errors import ConfigError
 from ..storage import Storage
 
-__all__ = ["MAX_META", "read_metadata_files", "regular"]
+__all__ = ["MAX_META", "MetadataFileWarning", "read_metadata_files", "regular", "regular_path"]
 
 #: Largest metadata file read whole (LeRobot's biggest, ``episodes_stats.jsonl`` of a dataset of
 #: 100k episodes, is a few hundred MB).
@@ -33,21 +33,24 @@ class MetadataFileWarning(UserWarning):
 def regular(storage: Storage, rel: str) -> bool:
     """True if ``rel`` is a regular file reached through real folders only (always on remote
     storage); warns and returns False for a symlink, FIFO, device or socket on the way."""
-    local = storage.local_path(rel)
-    if local is None:
-        return True
     root = storage.local_path("")
-    assert root is not None
-    path = root
-    for i, part in enumerate(rel.split("/")):
+    return True if root is None else regular_path(root, rel)
+
+
+def regular_path(root: str | os.PathLike[str], rel: str) -> bool:
+    """``regular`` for the local folder ``root``."""
+    path = os.fspath(root)
+    parts = rel.split("/")
+    for i, part in enumerate(parts):
         path = os.path.join(path, part)
         try:
             st = os.lstat(path)
         except OSError:
             return False
-        last = i == rel.count("/")
-        ok = stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)
-        if not ok:
+        last = i == len(parts) - 1
+        if last and stat.S_ISDIR(st.st_mode):
+            return False  # a folder is not a metadata file, nor anything to warn about
+        if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
             kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file" if last else "not a folder"
             warnings.warn(MetadataFileWarning(f"{path}: {kind}; a metadata file is read only as a regular file: "
                                               "skipped"), stacklevel=3)

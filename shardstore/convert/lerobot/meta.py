@@ -131,19 +131,23 @@ def fill(template: str, where: str, **values: Any) -> str:
 def _json(data: bytes, path: str) -> Any:
     try:
         return json.loads(data)
-    except ValueError as e:
-        raise LeRobotFormatError(f"not valid JSON: {e}", path=path) from e
+    except (ValueError, RecursionError) as e:  # RecursionError: nested past the parser's stack
+        raise LeRobotFormatError(f"not valid JSON: {type(e).__name__}: {e}", path=path) from None
 
 
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
     """One JSON object per line (blank lines allowed); anything else names the line."""
     rows = []
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise LeRobotFormatError(f"not UTF-8 at byte {e.start}", path=path) from None
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             obj = json.loads(line)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             raise LeRobotFormatError(f"line {n} is not one JSON object: {e}", path=path) from e
         if not isinstance(obj, dict):
             raise LeRobotFormatError(f"line {n} is not a JSON object", path=path)

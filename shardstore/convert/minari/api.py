@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema
+from ...episodes.metafiles import regular_path
 from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError
@@ -138,7 +139,7 @@ def inspect_source(src: str | os.PathLike[str]) -> MinariSource:
     dataset_dir, data = locate(src)
     meta_path = data / METADATA_JSON
     main = data / minari_hdf5.MAIN_FILE
-    if meta_path.is_file():
+    if regular_path(data, METADATA_JSON):
         try:
             metadata = json.loads(meta_path.read_bytes())
             if not isinstance(metadata, dict):
@@ -176,7 +177,9 @@ def _source_files(source: MinariSource) -> dict[str, bytes]:
         files[f"data/{METADATA_JSON}"] = (source.data_dir / METADATA_JSON).read_bytes()
     if source.dataset_dir is not None:
         for p in sorted(source.dataset_dir.iterdir()):
-            if p.is_file() and not p.is_symlink() and p.stat().st_size <= _SOURCE_FILE_LIMIT:
+            if not regular_path(source.dataset_dir, p.name):  # symlinks, FIFOs: warned, skipped
+                continue
+            if p.stat().st_size <= _SOURCE_FILE_LIMIT:
                 files[p.name] = p.read_bytes()
     return files
 

@@ -117,7 +117,7 @@ def _children(group: Any, prefix: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
     path = group.file.filename
     if len(prefix) > MAX_DEPTH:
         raise EpisodeFormatError(f"groups nested deeper than {MAX_DEPTH} levels", path=path,
-                                 member="/".join(prefix[:4]) + "/...")
+                                 member="/".join(group.name.split("/")[:5]) + "/...")
     for name in group:
         where = group.name.rstrip("/") + "/" + name
         link = group.get(name, getlink=True)

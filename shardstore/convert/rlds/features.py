@@ -85,8 +85,8 @@ def parse_features_json(text: str | bytes, path: str = "features.json") -> list[
     tensor shape, a feature kind TFDS writes that shardstore does not read)."""
     try:
         root = json.loads(text)
-    except ValueError as e:
-        raise EpisodeFormatError(f"not JSON: {e}", path=path) from e
+    except (ValueError, RecursionError) as e:  # RecursionError: nested past the parser's stack
+        raise EpisodeFormatError(f"not JSON (or nested too deep): {type(e).__name__}: {e}", path=path) from None
     if not isinstance(root, dict) or "featuresDict" not in root:
         raise EpisodeFormatError("the root feature is not a FeaturesDict", path=path)
     leaves: list[Leaf] = []
@@ -96,8 +96,15 @@ def parse_features_json(text: str | bytes, path: str = "features.json") -> list[
     return leaves
 
 
+#: Deepest feature nesting read (RLDS nests episode / steps / observation / a camera: four or five).
+MAX_DEPTH = 32
+
+
 def _walk(node: Any, at: tuple[str, ...], leaves: list[Leaf], path: str) -> None:
     where = "/".join(at) or "(root)"
+    if len(at) > MAX_DEPTH:
+        raise EpisodeFormatError(f"features nested deeper than {MAX_DEPTH} levels", path=path,
+                                 member="/".join(at[:4]) + "/...")
     if not isinstance(node, dict):
         raise EpisodeFormatError("a feature is not a JSON object", path=path, member=where)
     if "featuresDict" in node:

@@ -1,0 +1,132 @@
+"""Hostile Minari HDF5 files: links, virtual datasets and external raw storage below an episode
+(each naming a file outside the source), a soft-link cycle, 1,200 nested groups, 5M steps declared
+in a small file, a metadata file that is a symlink or a FIFO. Refused, each naming the object;
+one of each through the CLI under 1 GB of address space (hostile_cli)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hostile_cli import ROOT, refused
+
+h5py = pytest.importorskip("h5py")
+pytest.importorskip("gymnasium")
+sys.path.insert(0, str(ROOT / "tests" / "convert"))
+import minari_sources  # noqa: E402
+
+from shardstore.convert.minari import import_minari  # noqa: E402
+from shardstore.errors import EpisodeFormatError, PathEscapeError, ShardstoreError  # noqa: E402
+
+SECRET = np.frombuffer(b"SECRET-SECRET-SECRET-SECRET-SECR", np.uint8)
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    src = minari_sources.legacy_hdf5(tmp_path / "src" / "hostile-v0", "0.4", episodes=2)
+    with h5py.File(tmp_path / "outside.hdf5", "w") as f:  # a victim file beside the source
+        f.create_dataset("secret", data=SECRET)
+    (tmp_path / "outside.bin").write_bytes(SECRET.tobytes())
+    return src
+
+
+def _edit(src: Path, change: Callable[[Any, Path], None]) -> None:
+    with h5py.File(src / "data" / "main_data.hdf5", "a") as f:
+        change(f["episode_1"], src.parent.parent)
+
+
+def _soft_cycle(g: Any, _: Path) -> None:
+    g["infos"]["loop"] = h5py.SoftLink("/episode_1/infos")
+
+
+def _external_link(g: Any, outside: Path) -> None:
+    g["infos"]["stolen"] = h5py.ExternalLink(str(outside / "outside.hdf5"), "/secret")
+
+
+def _virtual(g: Any, outside: Path) -> None:
+    layout = h5py.VirtualLayout(shape=SECRET.shape, dtype=np.uint8)
+    layout[:] = h5py.VirtualSource(str(outside / "outside.hdf5"), "secret", shape=SECRET.shape)
+    g["infos"].create_virtual_dataset("stolen", layout)
+
+
+def _external_raw(g: Any, outside: Path) -> None:
+    g["infos"].create_dataset("stolen", shape=SECRET.shape, dtype=np.uint8,
+                              external=[(str(outside / "outside.bin"), 0, SECRET.size)])
+
+
+def _nested(g: Any, _: Path) -> None:
+    node = g["infos"]
+    for _i in range(1200):
+        node = node.create_group("n")
+    node.create_dataset("x", data=np.zeros(3))
+
+
+def _declares_5m_steps(g: Any, _: Path) -> None:
+    n = 5_000_000
+    for name in list(g):
+        del g[name]
+    g.create_dataset("rewards", shape=(n,), dtype=np.float64, chunks=(1 << 16,))
+    g.create_dataset("terminations", shape=(n,), dtype=bool, chunks=(1 << 16,))
+    g.create_dataset("truncations", shape=(n,), dtype=bool, chunks=(1 << 16,))
+    obs = g.create_group("observations")
+    obs.create_dataset("state", shape=(n + 1, 3), dtype=np.float32, chunks=(1 << 14, 3))
+
+
+CASES = {
+    "soft-link-cycle": (_soft_cycle, PathEscapeError, "soft link"),
+    "external-link": (_external_link, PathEscapeError, "external link"),
+    "virtual-dataset": (_virtual, PathEscapeError, "virtual dataset"),
+    "external-raw-storage": (_external_raw, PathEscapeError, "external raw storage"),
+    "1200-nested-groups": (_nested, EpisodeFormatError, "nested deeper"),
+    "5M-steps-declared": (_declares_5m_steps, EpisodeFormatError, "but stores"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_import_refuses(source: Path, tmp_path: Path, case: str) -> None:
+    change, error, words = CASES[case]
+    _edit(source, change)
+    with pytest.raises(error) as e:
+        import_minari(source, tmp_path / "out")
+    assert words in str(e.value) and "main_data.hdf5" in str(e.value) and "episode_1" in str(e.value)
+    assert "SECRET" not in str(e.value) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("case", ["soft-link-cycle", "external-raw-storage", "5M-steps-declared"])
+def test_cli_refuses_in_one_line(source: Path, tmp_path: Path, case: str) -> None:
+    change, _, words = CASES[case]
+    _edit(source, change)
+    refused("import", "minari", source, tmp_path / "out", "--quiet", expect=(words, "main_data.hdf5"))
+
+
+def test_an_external_link_at_the_top_inside_the_folder_is_still_read(source: Path, tmp_path: Path) -> None:
+    """What Minari itself writes is not refused: hard links, nested dict spaces."""
+    report = import_minari(source, tmp_path / "out")
+    assert report.episodes == 2
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_metadata_that_is_not_a_regular_file_is_skipped(source: Path, tmp_path: Path, kind: str) -> None:
+    """A FIFO among the metadata files would block the import for ever; a symlink would keep
+    another file's bytes in the import."""
+    extra = source / "notes.txt"
+    if kind == "fifo":
+        os.mkfifo(extra)
+    else:
+        (tmp_path / "id_rsa").write_text("SECRET KEY")
+        extra.symlink_to(tmp_path / "id_rsa")
+    with pytest.warns(UserWarning, match="notes.txt"):
+        import_minari(source, tmp_path / "out")
+    kept = [p for p in (tmp_path / "out" / ".nv-meta").rglob("*") if p.is_file()]
+    assert all(b"SECRET KEY" not in p.read_bytes() for p in kept)
+
+
+def test_errors_are_typed(source: Path, tmp_path: Path) -> None:
+    _edit(source, _external_link)
+    with pytest.raises(ShardstoreError):
+        import_minari(source, tmp_path / "out")
