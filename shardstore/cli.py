@@ -960,7 +960,7 @@ def import_episode_wds_command(
 
     SRC is a shard, a folder of shards, or a root of <demos|random>/<benchmark>/<task>/ folders (then
     OUT/<demos|random>/<benchmark>/<task>/ each). Parts keep their pickle bytes; pickles are never
-    loaded except `dones` (through the restricted unpickler) unless --allow-pickle.
+    loaded unless --allow-pickle (`dones`, a bool, is read with every global inert: nothing called).
 
     \b
     Example:

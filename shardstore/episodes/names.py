@@ -38,7 +38,10 @@ def safe_relpath(rel: Any, where: str | None = None, what: str = "file name") ->
     ``PathEscapeError`` naming ``where`` (the file it came from) and ``what`` it is."""
     if not isinstance(rel, str):
         raise PathEscapeError(f"a {what} must be text, not {type(rel).__name__}", path=where, member=repr(rel))
-    contained_path(rel, ".", where)
+    try:
+        contained_path(rel, "its folder", where)
+    except PathEscapeError as e:
+        raise PathEscapeError(f"{what}: {e.detail}", path=where, member=e.member) from None
     if not rel or len(rel.encode("utf-8", "surrogatepass")) > MAX_NAME:
         raise PathEscapeError(f"a {what} must hold 1 to {MAX_NAME} bytes", path=where, member=repr(rel[:80]))
     if _CONTROL.search(rel) or "\\" in rel:

@@ -77,9 +77,10 @@ _CHUNK = 1 << 20
 _UNBOUNDED = 1 << 62
 #: Members walked (and so held in memory) at a time.
 _WALK_BATCH = 64
-#: Largest member of a ``.tar.zst`` read (a step's part, held in memory whole): a compressed
+#: Most bytes of a ``.tar.zst`` held at once (a batch of members, each read whole): a compressed
 #: shard gives no real size to check a member's declared size against.
-MAX_ZST_MEMBER = 1 << 28
+MAX_ZST_MEMBER = 1 << 29
+_PLAIN_LIMIT = "the shard's size"
 #: Where the names an export writes come from (the store's field tree and episode index).
 SCHEMA_WHERE = ".nv-meta/schema.json"
 
@@ -202,14 +203,26 @@ class _Window:
     stream that ends first is a cut shard: ``TruncatedTarError`` at the offset asked for.
     """
 
-    def __init__(self, stream: IO[bytes], path: str) -> None:
+    def __init__(self, stream: IO[bytes], path: str, limit: int, limit_what: str) -> None:
         self._stream = stream
         self._path = path
         self._buf = bytearray()
         self.start = 0
+        self._limit, self._limit_what = limit, limit_what
+        self._header: tuple[int, bytes] = (0, b"")
 
     def read_at(self, offset: int, size: int) -> bytes:
         want = offset + size - self.start
+        if want > self._limit:  # checked before reading: a declared size is a size to hold
+            at, header = self._header
+            size_field = header[124:136].rstrip(bytes(1)).decode("ascii", "replace").strip() or "?"
+            plain = self._limit_what == _PLAIN_LIMIT  # the real end of the file: a cut shard
+            raise (TruncatedTarError if plain else TarFormatError)(
+                f"{'the shard ends inside a tar header or member, or before its end marker (truncated): ' if plain else ''}"
+                f"the member declares {size_field} (octal) bytes; the walk would hold {want} bytes, more than "
+                f"{self._limit_what} ({self._limit})",
+                path=self._path, member=header[:100].split(bytes(1), 1)[0].decode("utf-8", "replace"), offset=at,
+            )
         while len(self._buf) < want:
             chunk = self._stream.read(max(_CHUNK, want - len(self._buf)))
             if not chunk:
@@ -219,7 +232,10 @@ class _Window:
                 )
             self._buf += chunk
         lo = offset - self.start
-        return bytes(self._buf[lo : lo + size])
+        data = bytes(self._buf[lo : lo + size])
+        if size == 512:
+            self._header = (offset, data)
+        return data
 
     def release(self, offset: int) -> None:
         """Forget the bytes before ``offset``: nothing before it will be asked for again."""
@@ -239,19 +255,14 @@ def _members(path: Path) -> Iterator[_Member]:
     with open(path, "rb") as raw:
         zst = _ZstdReader(raw, where) if path.name.endswith(".zst") else None
         stream: IO[bytes] = io.BufferedReader(zst, _CHUNK) if zst is not None else raw
-        window = _Window(stream, where)
-        # every member is held in memory whole: its declared size is checked before it is read
-        limit, limit_what = (MAX_ZST_MEMBER, "the limit on a member of a .tar.zst") if zst else (
-            os.fstat(raw.fileno()).st_size, "the shard's size")
+        # every member is held in memory whole: the window refuses to hold more than the shard's
+        # size (plain) or MAX_ZST_MEMBER (compressed), before reading
+        window = _Window(stream, where, *((MAX_ZST_MEMBER, "the limit of a .tar.zst walk") if zst else
+                                          (os.fstat(raw.fileno()).st_size, _PLAIN_LIMIT)))
         for batch in iter_member_batches(window.read_at, _UNBOUNDED, where, _WALK_BATCH):
             for m in batch.members():
                 if m.kind != REGULAR:
                     continue
-                if m.size > limit:
-                    raise TarFormatError(
-                        f"member of {m.size} bytes: more than {limit_what} ({limit} bytes)",
-                        path=where, member=m.name, offset=m.header_offset,
-                    )
                 try:
                     data = window.read_at(m.data_offset, m.size)
                 except TruncatedTarError:
