@@ -206,7 +206,7 @@ def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> Non
 
 def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report: CheckReport) -> None:
     """Frames per episode and camera = its length; fps; codec."""
-    report.checks += ["frames", "fps", "codec"]
+    report.checks += ["frames", "fps", "codec", "resolution", "spans"]
     fps = meta.fps
     files: dict[str, list[tuple[int, str, float, float | None]]] = {}
     for e in meta.episodes:
@@ -246,6 +246,15 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
                 file=url,
                 camera=camera,
             )
+        want = declared_size(meta.features.get(camera) or {})
+        if want is not None and want != (info.width, info.height):
+            report.add(
+                "error",
+                "resolution",
+                f"video of {info.width}x{info.height} where info.json says {want[0]}x{want[1]}",
+                file=url,
+                camera=camera,
+            )
         if meta.version == "v2.1":
             ep = uses[0][0]
             if info.frames != lengths[ep]:
@@ -280,3 +289,34 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
                 episode=uses[-1][0],
                 camera=camera,
             )
+        _check_spans(uses, info.frames, fps, url, report)
+
+
+def declared_size(feature: dict[str, Any]) -> tuple[int, int] | None:
+    """(width, height) a video feature of ``info.json`` declares: from ``shape`` by its ``names``
+    (``height``, ``width``), else from ``video.width``/``video.height``; None if it says neither."""
+    shape, names = feature.get("shape"), feature.get("names")
+    if isinstance(shape, list) and isinstance(names, list) and len(shape) == len(names):
+        by = dict(zip(names, shape, strict=True))
+        if isinstance(by.get("width"), int) and isinstance(by.get("height"), int):
+            return by["width"], by["height"]
+    vinfo = feature.get("info") or feature.get("video_info") or {}
+    width, height = vinfo.get("video.width"), vinfo.get("video.height")
+    return (width, height) if isinstance(width, int) and isinstance(height, int) else None
+
+
+def _check_spans(uses: list[tuple[int, str, float, float | None]], frames: int, fps: float, url: str,
+                 report: CheckReport) -> None:
+    """v3.0: the episodes' time ranges in one video file are ordered, disjoint and inside it (half a
+    frame of slack for rounding): a range that copies another's would show that episode's frames."""
+    slack = 0.5 / fps
+    length = frames / fps
+    prev: tuple[int, float] | None = None
+    for ep, cam, start, end in sorted(uses, key=lambda u: (u[2], u[0])):
+        if end is None or not (0 - slack <= start <= end <= length + slack):
+            report.add("error", "spans", f"time range {start:g}..{end} s is not inside the video's {length:g} s",
+                       file=url, episode=ep, camera=cam)
+        elif prev is not None and start < prev[1] - slack:
+            report.add("error", "spans", f"time range {start:g}..{end:g} s overlaps episode {prev[0]}'s",
+                       file=url, episode=ep, camera=cam)
+        prev = (ep, max(end or 0.0, prev[1] if prev else 0.0))

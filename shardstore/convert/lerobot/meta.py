@@ -175,6 +175,16 @@ def read_info(storage: Storage) -> tuple[dict[str, Any], str]:
     for key in ("fps", "features", "data_path", "chunks_size"):
         if key not in info:
             raise LeRobotFormatError(f"info.json has no {key!r}", path=where)
+    fps = info["fps"]
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not 0 < fps < 1e6:  # NaN fails too
+        raise LeRobotFormatError(f"fps must be a positive number, not {fps!r}", path=where)
+    if not isinstance(info["features"], dict) or not all(isinstance(f, dict) for f in info["features"].values()):
+        raise LeRobotFormatError("features must map names to JSON objects", path=where)
+    for key, feat in info["features"].items():
+        shape = feat.get("shape", [])
+        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 31
+                                                  for n in shape):
+            raise LeRobotFormatError(f"feature {key!r}: shape must be a list of sizes, not {shape!r}", path=where)
     if not isinstance(info["chunks_size"], int) or info["chunks_size"] <= 0:
         raise LeRobotFormatError(
             f"chunks_size must be a positive integer, not {info['chunks_size']!r}", path=where

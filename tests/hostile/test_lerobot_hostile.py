@@ -1,0 +1,185 @@
+"""Hostile LeRobot datasets: path templates that leave the dataset or allocate (a 400M-wide field),
+attribute access in a template, split names carrying YAML, a FIFO and a symlink in meta/, an mp4
+whose sample table claims 50M frames, a video of another resolution than info.json says, v3.0
+time ranges that copy another episode's, non-numeric fps and shapes. One CLI run per class under
+1 GB of address space (hostile_cli), the rest through the Python API."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from hostile_cli import ROOT, refused, run
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+pytest.importorskip("av")
+yaml = pytest.importorskip("yaml")
+sys.path.insert(0, str(ROOT / "tools"))
+from make_lerobot import make_lerobot  # noqa: E402
+
+from shardstore.convert.lerobot import check, import_lerobot  # noqa: E402
+from shardstore.errors import LeRobotFormatError  # noqa: E402
+
+CAMERA = "observation.images.front"
+BAD_PATHS = {
+    "absolute": "/tmp/hostile-{episode_index:06d}.parquet",
+    "dotdot": "../../hostile/{episode_chunk}/{episode_index}.parquet",
+    "backslash": "data\\chunk-{episode_chunk:03d}\\{episode_index:06d}.parquet",
+    "newline": "data/chunk-{episode_chunk:03d}/x\n{episode_index:06d}.parquet",
+    "nul": "data/chunk-{episode_chunk:03d}/\x00{episode_index:06d}.parquet",
+    "wide": "data/chunk-{episode_chunk:03d}/{episode_index:0400000000d}.parquet",
+    "attribute": "data/{episode_chunk.__class__}/{episode_index:06d}.parquet",
+    "conversion": "data/{episode_chunk!r}/{episode_index:06d}.parquet",
+}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("lerobot")
+    opts = {"episodes": 4, "frames": 6, "cameras": {CAMERA: "h264"}, "image": False}
+    return {v: Path(make_lerobot(str(root / v), version=v, **opts)) for v in ("v2.1", "v3.0")}
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_info(src: Path, **changes: object) -> None:
+    path = src / "meta" / "info.json"
+    info = json.loads(path.read_text())
+    info.update(changes)
+    path.write_text(json.dumps(info))
+
+
+def test_templates_are_filled_only_with_plain_fields_and_stay_inside(sources: dict[str, Path], tmp_path: Path) -> None:
+    for route, template in BAD_PATHS.items():
+        for key in ("data_path", "video_path"):
+            src = _copy(sources["v2.1"], tmp_path / f"{route}-{key}")
+            if key == "video_path":
+                template = template.replace(".parquet", "/{video_key}.mp4")
+            _edit_info(src, **{key: template})
+            with pytest.raises(LeRobotFormatError) as e:
+                import_lerobot(str(src), str(tmp_path / "out"))
+            assert "info.json" in str(e.value) and not (tmp_path / "out").exists(), (route, key, e.value)
+    assert not list(Path("/tmp").glob("hostile-*"))
+
+
+@pytest.mark.parametrize("route", ["wide", "dotdot"])
+def test_cli_refuses_a_template(sources: dict[str, Path], tmp_path: Path, route: str) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    _edit_info(src, data_path=BAD_PATHS[route])
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect="info.json")
+
+
+def test_split_names_carrying_yaml_are_refused(sources: dict[str, Path], tmp_path: Path) -> None:
+    """A split name that holds a newline and YAML never reaches metadataset.yaml or split.yaml."""
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    _edit_info(src, splits={"train:\n    path: /etc\n  x": "0:4"})
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect="split name")
+    assert not (tmp_path / "out").exists()
+
+
+def test_metadataset_yaml_is_written_by_pyyaml(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    _edit_info(src, splits={"train": "0:3", "val_1": "3:4"})
+    import_lerobot(str(src), str(tmp_path / "out"))
+    doc = yaml.safe_load((tmp_path / "out" / "metadataset.yaml").read_text())
+    assert doc["splits"] == {s: {"path": ".", "split_part": s, "aux": {"videos": ".videos"}} for s in ("train", "val_1")}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "symlink"])
+def test_meta_files_that_are_not_regular_are_skipped(sources: dict[str, Path], tmp_path: Path, kind: str) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    extra = src / "meta" / "notes.jsonl"
+    if kind == "fifo":
+        os.mkfifo(extra)
+    else:
+        (tmp_path / "id_rsa").write_text("SECRET KEY")
+        extra.symlink_to(tmp_path / "id_rsa")
+    done = threading.Event()
+    result: list[object] = []
+
+    def work() -> None:
+        try:
+            with pytest.warns(UserWarning, match="notes.jsonl"):
+                result.append(import_lerobot(str(src), str(tmp_path / "out")))
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            result.append(e)
+        done.set()
+
+    threading.Thread(target=work, daemon=True).start()
+    assert done.wait(60), "the import hangs on a FIFO in meta/"
+    assert not isinstance(result[0], BaseException), result[0]
+    kept = [p for p in (tmp_path / "out" / ".nv-meta").rglob("*") if p.is_file()]
+    assert all(b"SECRET KEY" not in p.read_bytes() for p in kept)
+
+
+def test_cli_does_not_hang_on_a_fifo_in_meta(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    os.mkfifo(src / "meta" / "episodes_stats.jsonl.fifo")
+    res = run("import", "lerobot", src, tmp_path / "out", "--quiet")
+    assert res.returncode == 0 and "skipped" in res.stderr, res.stderr
+
+
+def _one_video(src: Path) -> Path:
+    return sorted(src.glob("videos/**/*.mp4"))[0]
+
+
+def test_an_mp4_whose_sample_table_claims_50m_frames(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    video = _one_video(src)
+    data = bytearray(video.read_bytes())
+    at = data.find(b"stts")
+    struct.pack_into(">I", data, at + 12, 50_000_000)  # the first entry's sample count
+    video.write_bytes(bytes(data))
+    res = run("check", "lerobot", src)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert "50000000 frames" in res.stdout + res.stderr
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("50000000 frames", video.name))
+
+
+def test_a_video_of_another_resolution(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"][CAMERA]["shape"] = [16, 16, 3]
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("32x32", "16x16", CAMERA))
+
+
+def test_a_v30_time_range_that_copies_another_episodes(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    pre = f"videos/{CAMERA}/"
+    rows[1][pre + "from_timestamp"] = rows[0][pre + "from_timestamp"]
+    rows[1][pre + "to_timestamp"] = rows[0][pre + "to_timestamp"]
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    report = check(str(src))
+    assert any(p.check == "spans" and "overlaps" in p.message for p in report.problems), report.lines()
+    with pytest.raises(LeRobotFormatError):
+        import_lerobot(str(src), str(tmp_path / "out"))
+
+
+@pytest.mark.parametrize(("key", "value"), [("fps", "fast"), ("fps", float("nan")), ("fps", -1), ("chunks_size", "2")])
+def test_numbers_that_are_not(sources: dict[str, Path], tmp_path: Path, key: str, value: object) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    _edit_info(src, **{key: value})
+    with pytest.raises(LeRobotFormatError, match=key):
+        import_lerobot(str(src), str(tmp_path / "out"))
+
+
+def test_a_shape_that_is_not_sizes(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"]["action"]["shape"] = ["six"]
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("shape", "action"))
