@@ -172,7 +172,7 @@ class Episodes:
         first = int(self._first[e])
         end = first + int(self._samples[e])
         if end >= len(offs):
-            raise IndexCorruptError(f"episodes.sqlite places samples {first}..{end - 1} in a shard of {len(offs) - 1}",
+            raise IndexCorruptError(f"episodes.sqlite places samples {first}..{end - 1} in a shard of {len(offs) - 1}: rerun the import",
                                     path=ds.storage.url(shard.name), member=f"episode {int(self._number[e])}")
         bounds = offs[first + lo : first + hi + 1].tolist()
         base = bounds[0]
@@ -233,6 +233,12 @@ class Episodes:
         else:
             sample = self._read_samples(e, 0, 1)[0]
             steps = {f.name: self._episode_field(f, sample, _rows(f, n)) for f in self.schema.fields}
+            for f in self.schema.fields:  # the stored rows against the index's step count
+                if isinstance(steps[f.name], np.ndarray) and len(steps[f.name]) != _rows(f, n):
+                    raise IndexCorruptError(
+                        f"field {f.name!r} holds {len(steps[f.name])} rows where episodes.sqlite says {n} steps: "
+                        "rerun the import", path=self.dataset.storage.url(self.dataset.shards[self._shard[e]].name),
+                        member=f"episode {int(self._number[e])}")
         row = self.index.row(int(self._number[e]))
         return Episode(row.number, steps, row.metadata, row.terminal, self.split(e), row.source)
 

@@ -130,3 +130,21 @@ def test_errors_are_typed(source: Path, tmp_path: Path) -> None:
     _edit(source, _external_link)
     with pytest.raises(ShardstoreError):
         import_minari(source, tmp_path / "out")
+
+
+def test_an_image_space_that_lies_about_its_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Minari 0.5 JPEG-encodes image spaces; rows whose shape differs from the space are read as
+    JPEG bytes. Raw pixels under a space claiming another shape must not become '.jpg' parts."""
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    minari_sources.robot("robot/lie-v0", 2)
+    src = next((tmp_path / "minari").rglob("main_data.hdf5")).parent.parent
+    with h5py.File(src / "data" / "main_data.hdf5", "a") as f:
+        for name in f:
+            obs = f[name]["observations"]
+            n = obs["pixels"].shape[0]
+            del obs["pixels"]
+            obs.create_dataset("pixels", data=np.full((n, 16, 16, 3), 7, np.uint8))
+    with pytest.raises(EpisodeFormatError, match="not a JPEG") as e:
+        import_minari(src, tmp_path / "out")
+    assert "observations.pixels" in str(e.value)
+    refused("import", "minari", src, tmp_path / "out2", "--quiet", expect=("not a JPEG", "pixels"))

@@ -159,6 +159,8 @@ def read_episodes(data: Path, fmt: str, schema: Schema, layout_spaces: Mapping[s
             values = values[: rows if spec.rows == "steps+1" else rows - 1]
             if isinstance(values, list) and any(v is None for v in values):
                 raise EpisodeFormatError("a null value inside the episode", path=str(file), member=where)
+            if spec.kind == "media" and spec.encoding == "jpeg":
+                spaces.check_jpeg(values, str(file), where)
             if isinstance(values, np.ndarray) and (values.dtype.str != spec.dtype or values.shape[1:] != spec.shape):
                 raise EpisodeFormatError(
                     f"dtype {values.dtype.str} shape {values.shape[1:]} where the first episode has {spec.dtype} {spec.shape}",

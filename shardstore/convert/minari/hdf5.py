@@ -274,9 +274,9 @@ def _read_leaf(ds: Any, spec: FieldSpec, path: Path, where: str) -> Any:
         return [str(s) for s in ds.asstr()[()]]
     data = ds[()]
     if spec.kind == "media":
-        if data.dtype == object:
-            return [np.asarray(row, dtype=np.uint8).tobytes() for row in data]
-        return [row.tobytes() for row in data]
+        rows = [np.asarray(row, dtype=np.uint8).tobytes() for row in data] if data.dtype == object else [
+            row.tobytes() for row in data]
+        return spaces.check_jpeg(rows, str(path), where) if spec.encoding == "jpeg" else rows
     if data.dtype.str != spec.dtype or data.shape[1:] != spec.shape:
         raise EpisodeFormatError(
             f"dtype {data.dtype.str} shape {data.shape[1:]} where the first episode has {spec.dtype} {spec.shape}",

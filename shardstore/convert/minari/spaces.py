@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from ...episodes.model import FieldSpec
+from ...errors import EpisodeFormatError
 
-__all__ = ["TOP", "parse", "space_at", "is_image", "is_tuple", "tuple_index", "infer", "dumps"]
+__all__ = ["TOP", "parse", "space_at", "is_image", "is_tuple", "tuple_index", "infer", "dumps", "check_jpeg"]
 
 #: The top-level fields that have a space, and the metadata key of it.
 TOP = {"observations": "observation_space", "actions": "action_space"}
@@ -127,3 +128,14 @@ def _build(node: dict[str, Any]) -> dict[str, Any]:
 
 def dumps(space: dict[str, Any]) -> str:
     return json.dumps(space)
+
+
+def check_jpeg(rows: list[bytes], path: str, where: str) -> list[bytes]:
+    """``rows`` if each is a JPEG (starts with its SOI marker): a field read as JPEG-encoded because
+    its image space says so must hold JPEGs, not raw pixels under a space that lies about its shape."""
+    for t, row in enumerate(rows):
+        if row[:3] != b"\xff\xd8\xff":
+            raise EpisodeFormatError(
+                f"row {t} is not a JPEG ({len(row)} bytes starting {row[:4].hex() or 'empty'}): the image space's "
+                "shape does not describe the stored rows", path=path, member=where)
+    return rows
