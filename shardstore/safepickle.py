@@ -128,11 +128,16 @@ BUILD_SLACK = 1 << 20
 _SHAPED = frozenset({"_reconstruct", "ndarray"})
 
 
-class _Restricted(pickle._Unpickler):
+#: The pure-Python unpickler, typed loosely: typeshed gives it the C one's interface, without the
+#: ``stack``, ``append`` and ``dispatch`` that hooking its opcodes uses.
+_PyUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+
+
+class _Restricted(_PyUnpickler):
     """The pure-Python unpickler (its opcodes can be hooked; the C one's cannot) resolving only
     ``ALLOWED_GLOBALS`` and checking every call's arguments before making it (``_check_call``)."""
 
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch = dict(_PyUnpickler.dispatch)
 
     def __init__(self, data: bytes) -> None:
         super().__init__(io.BytesIO(data))
@@ -189,7 +194,6 @@ def _check_call(func: Any, args: tuple[Any, ...], limit: int) -> None:
     for a in args:
         _check_size(a, qualname, limit)
     if getattr(func, "__name__", "") in _SHAPED and args:
-        import numpy as np
 
         pos = 1 if func.__name__ == "_reconstruct" else 0
         shape = args[pos] if len(args) > pos else ()
@@ -197,13 +201,23 @@ def _check_call(func: Any, args: tuple[Any, ...], limit: int) -> None:
         count = 1
         for n in shape:
             count *= int(n) if isinstance(n, int) else 1
-        spec = args[pos + 1] if len(args) > pos + 1 else "f8"
-        try:
-            width = max(np.dtype(spec).itemsize, 1) if isinstance(spec, str | bytes | np.dtype) else 8
-        except TypeError:
-            width = 8
+        width = _itemsize(args[pos + 1] if len(args) > pos + 1 else "f8")
         if count * width > limit:
             raise _TooBig(qualname, count * width, limit)
+
+
+def _itemsize(spec: Any) -> int:
+    """Bytes per element of a dtype argument (8 when it names none numpy knows)."""
+    import numpy as np
+
+    if isinstance(spec, bytes):
+        spec = spec.decode("latin1")
+    if not isinstance(spec, str | np.dtype):
+        return 8
+    try:
+        return max(np.dtype(spec).itemsize, 1)
+    except TypeError:
+        return 8
 
 
 def _check_size(value: Any, qualname: str, limit: int) -> None:

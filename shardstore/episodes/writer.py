@@ -35,8 +35,8 @@ from . import layout
 from .encode import EncodedEpisode, encode_episode
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexWriter
 from .model import Episode, EpisodeStream, FieldSpec, Rows, Schema, StepValues
-from .parts import encoded_parts
 from .names import safe_relpath
+from .parts import encoded_parts
 from .staging import StagedFolder
 from .tarwriter import TarWriter
 

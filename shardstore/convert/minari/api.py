@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ...episodes.model import Episode, EpisodeStream, Schema
 from ...episodes.metafiles import regular_path
+from ...episodes.model import Episode, EpisodeStream, Schema
 from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError
