@@ -183,3 +183,15 @@ def test_a_shape_that_is_not_sizes(sources: dict[str, Path], tmp_path: Path) -> 
     info["features"]["action"]["shape"] = ["six"]
     (src / "meta" / "info.json").write_text(json.dumps(info))
     refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("shape", "action"))
+
+
+def test_a_parquet_footer_declaring_2_gib(sources: dict[str, Path], tmp_path: Path) -> None:
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    data = sorted(src.glob("data/**/*.parquet"))[-1]
+    raw = bytearray(data.read_bytes())
+    struct.pack_into("<I", raw, len(raw) - 8, (1 << 31) - 1)  # the footer's length, before b"PAR1"
+    data.write_bytes(bytes(raw))
+    with pytest.raises(LeRobotFormatError) as e:
+        import_lerobot(str(src), str(tmp_path / "out"))
+    assert data.name in str(e.value) and "ArrowInvalid" in str(e.value)  # found by the check before reading
+    refused("import", "lerobot", src, tmp_path / "out2", "--quiet", expect=(data.name, "parquet"))

@@ -148,3 +148,26 @@ def test_an_image_space_that_lies_about_its_shape(tmp_path: Path, monkeypatch: p
         import_minari(src, tmp_path / "out")
     assert "observations.pixels" in str(e.value)
     refused("import", "minari", src, tmp_path / "out2", "--quiet", expect=("not a JPEG", "pixels"))
+
+
+def test_an_arrow_buffer_declaring_2_40_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A record batch whose buffer length says 1 TiB in a file of a few KB: pyarrow's reader checks
+    it against the file; the error names the file, in one line, under 1 GB of address space."""
+    import struct
+
+    pa = pytest.importorskip("pyarrow")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    minari_sources.cartpole("cartpole/arrow-v0", 2, data_format="arrow")
+    file = sorted((tmp_path / "minari").rglob("*.arrow"))[0]
+    with pa.ipc.open_file(pa.memory_map(str(file))) as reader:
+        size = reader.get_batch(0).column(reader.schema.get_field_index("rewards")).buffers()[1].size
+    data = bytearray(file.read_bytes())
+    at = data.find(struct.pack("<q", size), data.find(b"rewards"))
+    assert at > 0
+    data[at : at + 8] = struct.pack("<q", 1 << 40)
+    file.write_bytes(bytes(data))
+    src = file.parents[2]
+    with pytest.raises(EpisodeFormatError) as e:
+        import_minari(src, tmp_path / "out")
+    assert file.name in str(e.value) and isinstance(e.value.__cause__, pa.ArrowException | OSError)
+    refused("import", "minari", src, tmp_path / "out2", "--quiet", expect=file.name)

@@ -38,7 +38,7 @@ from ...errors import LeRobotFormatError
 from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
-from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
+from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow, parquet_errors
 from .write import WriteReport, write_lerobot
 
 __all__ = [
@@ -80,7 +80,7 @@ def read_lerobot(
     report.raise_first()
     assert meta is not None
     pq = import_arrow()
-    with storage.open(meta.episodes[0].data_file) as f:
+    with parquet_errors(storage.url(meta.episodes[0].data_file)), storage.open(meta.episodes[0].data_file) as f:
         arrow_schema = pq.ParquetFile(f).schema_arrow
     schema = _schema(meta, arrow_schema, frames)
     video_files = {
@@ -209,7 +209,9 @@ def _episodes(
     try:
         for entry in entries:
             if cached is None or cached[0] != entry.data_file:
-                with storage.open(entry.data_file) as f:
+                with parquet_errors(storage.url(entry.data_file), f"episode {entry.index}"), storage.open(
+                    entry.data_file
+                ) as f:
                     cached = (entry.data_file, pq.read_table(f))
             table = cached[1]
             if entry.row_start is not None:  # v3.0: many episodes per file

@@ -28,6 +28,7 @@ from .meta import (
     LeRobotMeta,
     import_arrow,
     load_meta,
+    parquet_errors,
     template_fields,
 )
 
@@ -171,10 +172,14 @@ def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> Non
     for e in meta.episodes:
         by_file.setdefault(e.data_file, []).append(e.index)
     for path, eps in by_file.items():
-        with storage.open(path) as f:  # the schema, and one column: images are not read here
-            pf = pq.ParquetFile(f)
-            cols = set(pf.schema_arrow.names) - {"__index_level_0__"}
-            table = pf.read(columns=["episode_index"]) if "episode_index" in cols else None
+        try:
+            with parquet_errors(storage.url(path)), storage.open(path) as f:  # the schema, one column: no images
+                pf = pq.ParquetFile(f)
+                cols = set(pf.schema_arrow.names) - {"__index_level_0__"}
+                table = pf.read(columns=["episode_index"]) if "episode_index" in cols else None
+        except LeRobotFormatError as err:
+            report.add("error", "rows", err.detail, file=err.path, episode=eps[0])
+            continue
         for c in sorted(cols - want):
             report.add(
                 "error",

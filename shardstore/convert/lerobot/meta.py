@@ -15,10 +15,11 @@ below this module. Nothing here reads a data row or a video frame.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import string
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from ...episodes.metafiles import read_metadata_files
 from ...episodes.names import fill_template
-from ...errors import LeRobotFormatError, MissingExtraError, PathEscapeError, StorageError
+from ...errors import LeRobotFormatError, MissingExtraError, PathEscapeError, ShardstoreError, StorageError
 from ...storage import Storage
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "column_numpy",
     "flatten_stats",
     "unflatten_stats",
+    "parquet_errors",
 ]
 
 VERSIONS = ("v2.1", "v3.0")
@@ -60,6 +62,22 @@ def import_arrow() -> Any:
     except ImportError as e:
         raise MissingExtraError(f"LeRobot needs pyarrow: pip install 'shardstore[convert]' ({e})") from e
     return pq
+
+
+@contextlib.contextmanager
+def parquet_errors(where: str, member: str | None = None) -> Iterator[None]:
+    """pyarrow's errors reading a parquet file (``ArrowInvalid``, an ``OSError`` for a corrupt or
+    lying footer, a buffer declared past the file) as a ``LeRobotFormatError`` naming the file,
+    the library's exception its ``__cause__``."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (pa.ArrowException, OSError) as e:
+        if isinstance(e, ShardstoreError):
+            raise
+        raise LeRobotFormatError(f"not a readable parquet file: {type(e).__name__}: {e}", path=where,
+                                 member=member) from e
 
 
 @dataclass(slots=True)
@@ -132,7 +150,7 @@ def _json(data: bytes, path: str) -> Any:
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as e:  # RecursionError: nested past the parser's stack
-        raise LeRobotFormatError(f"not valid JSON: {type(e).__name__}: {e}", path=path) from None
+        raise LeRobotFormatError(f"not valid JSON: {type(e).__name__}: {e}", path=path) from e
 
 
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
@@ -141,7 +159,7 @@ def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise LeRobotFormatError(f"not UTF-8 at byte {e.start}", path=path) from None
+        raise LeRobotFormatError(f"not UTF-8 at byte {e.start}", path=path) from e
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -246,7 +264,8 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
     info = meta.info
     if "meta/tasks.parquet" not in meta.files:
         raise LeRobotFormatError("v3.0 needs meta/tasks.parquet", path=storage.url("meta/tasks.parquet"))
-    tasks = pq.read_table(io.BytesIO(meta.files["meta/tasks.parquet"])).to_pylist()
+    with parquet_errors(storage.url("meta/tasks.parquet")):
+        tasks = pq.read_table(io.BytesIO(meta.files["meta/tasks.parquet"])).to_pylist()
     name_col = next((c for c in ("task", "__index_level_0__") if tasks and c in tasks[0]), None)
     meta.tasks = [str(t[name_col]) if name_col else "" for t in sorted(tasks, key=lambda t: t["task_index"])]
     ep_files = [p for p in meta.files if p.startswith("meta/episodes/") and p.endswith(".parquet")]
@@ -256,7 +275,8 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
         )
     rows: list[dict[str, Any]] = []
     for p in ep_files:
-        rows.extend(pq.read_table(io.BytesIO(meta.files[p])).to_pylist())
+        with parquet_errors(storage.url(p)):
+            rows.extend(pq.read_table(io.BytesIO(meta.files[p])).to_pylist())
     for row in sorted(rows, key=lambda r: r["episode_index"]):
         ep = int(row["episode_index"])
         where = f"{storage.url(p)}: episode {ep}"

@@ -86,7 +86,7 @@ def parse_features_json(text: str | bytes, path: str = "features.json") -> list[
     try:
         root = json.loads(text)
     except (ValueError, RecursionError) as e:  # RecursionError: nested past the parser's stack
-        raise EpisodeFormatError(f"not JSON (or nested too deep): {type(e).__name__}: {e}", path=path) from None
+        raise EpisodeFormatError(f"not JSON (or nested too deep): {type(e).__name__}: {e}", path=path) from e
     if not isinstance(root, dict) or "featuresDict" not in root:
         raise EpisodeFormatError("the root feature is not a FeaturesDict", path=path)
     leaves: list[Leaf] = []
