@@ -195,3 +195,20 @@ def test_a_parquet_footer_declaring_2_gib(sources: dict[str, Path], tmp_path: Pa
         import_lerobot(str(src), str(tmp_path / "out"))
     assert data.name in str(e.value) and "ArrowInvalid" in str(e.value)  # found by the check before reading
     refused("import", "lerobot", src, tmp_path / "out2", "--quiet", expect=(data.name, "parquet"))
+
+
+@pytest.mark.parametrize("name", ["meta/a\\..\\..\\hostile.json", "meta/new\nline.json"])
+def test_export_refuses_a_kept_file_name_that_is_not_plain(sources: dict[str, Path], tmp_path: Path, name: str) -> None:
+    """Kept source files are written back by name on export: the name is the dataset's, so checked."""
+    import sqlite3
+
+    ds = tmp_path / "ds"
+    import_lerobot(str(sources["v2.1"]), str(ds))
+    kept = ds / ".nv-meta" / "source"
+    (kept / name).write_bytes(b"{}")
+    db = sqlite3.connect(ds / ".nv-meta" / "episodes.sqlite")
+    db.execute("INSERT INTO source_files VALUES (?, 2)", (name,))
+    db.commit()
+    db.close()
+    refused("export", "lerobot", ds, tmp_path / "out", expect="refused")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.rglob("hostile.json"))

@@ -5,6 +5,7 @@ the CLI under 1 GB of address space (hostile_cli)."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ sys.path.insert(0, str(ROOT / "tests" / "convert"))
 from rlds_source import masked, write_rlds_source  # noqa: E402
 
 from shardstore.convert.rlds import export_rlds, import_rlds  # noqa: E402
-from shardstore.errors import PathEscapeError  # noqa: E402
+from shardstore.errors import ConfigError, PathEscapeError  # noqa: E402
 
 NAMES = {  # each a name no writer may put on disk or reader open
     "absolute": "/tmp/hostile-abs",
@@ -146,3 +147,17 @@ def test_features_json_nested_60_deep(source: Path, tmp_path: Path) -> None:
     features["featuresDict"]["features"]["deep"] = node
     (src / "features.json").write_text(json.dumps(features))
     refused("import", "rlds", src, tmp_path / "out", "--quiet", expect=("features.json", "nested"))
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_metadata_that_is_not_a_regular_file(source: Path, tmp_path: Path, kind: str) -> None:
+    src = _copy(source, tmp_path / "src")
+    info = src / "features.json"
+    (tmp_path / "elsewhere.json").write_bytes(info.read_bytes())
+    info.unlink()
+    if kind == "fifo":
+        os.mkfifo(info)
+    else:
+        info.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.warns(UserWarning, match="features.json"), pytest.raises(ConfigError, match="regular file"):
+        import_rlds(str(src), str(tmp_path / "out"))

@@ -34,6 +34,7 @@ import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema
 from ...episodes.mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
+from ...episodes.names import safe_relpath
 from ...episodes.video import VideoRef, import_av, scheduling_kept
 from ...errors import LeRobotFormatError
 from .meta import VERSIONS, flatten_stats, import_arrow
@@ -347,7 +348,9 @@ class _Writer:
 
     # ----- files ---------------------------------------------------------------------------------
     def _out(self, rel: str) -> str:
-        path = os.path.join(self.stage, *rel.split("/"))
+        """Where ``rel`` goes in the staging folder: every file the export writes passes here, and its
+        name may come from the dataset (a kept metadata file's name, a video key in a template)."""
+        path = os.path.join(self.stage, safe_relpath(rel, None, "file name the dataset gives"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return path
 

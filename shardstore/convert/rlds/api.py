@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
+from ...episodes.metafiles import read_metadata_files
 from ...episodes.names import safe_name
 from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError, ShardstoreError, TFRecordFormatError
@@ -135,7 +136,10 @@ def read_rlds(
     file, the record and the field.
     """
     storage = open_storage(src, storage_options)
-    files = {name: storage.read(name) for name in (DATASET_INFO_JSON, FEATURES_JSON)}
+    files = read_metadata_files(storage, (DATASET_INFO_JSON, FEATURES_JSON))  # regular files only
+    for name in (DATASET_INFO_JSON, FEATURES_JSON):
+        if name not in files:
+            raise ConfigError("missing (or not a regular file): not a TFDS version folder", path=storage.url(name))
     info = read_rlds_info(files[DATASET_INFO_JSON], files[FEATURES_JSON], src)
     splits = [info.split(split)] if split is not None else list(info.splits)
     schema = Schema(
