@@ -151,7 +151,7 @@ class _Restricted(_PyUnpickler):
     def _call(self, func: Any, args: tuple[Any, ...]) -> Any:
         _check_call(func, args, self.limit)
         out = func(*args)
-        if type(out).__name__ == "dtype" and getattr(out, "itemsize", 0) > self.limit:
+        if _is_dtype(out) and out.itemsize > self.limit:
             raise _TooBig(_qualname(func), out.itemsize, self.limit)
         return out
 
@@ -180,6 +180,12 @@ class _Restricted(_PyUnpickler):
 
     def _instantiate(self, klass: Any, args: Any) -> None:
         self.append(self._call(klass, tuple(args)))
+
+
+def _is_dtype(value: Any) -> bool:
+    import numpy as np
+
+    return isinstance(value, np.dtype)
 
 
 def _qualname(func: Any) -> str:

@@ -115,3 +115,62 @@ def test_pickles_written_by_numpy_1_load() -> None:
         assert b"numpy._core" not in old
         got = safepickle.loads(old)
         assert type(got) is type(value) and np.array_equal(got, value)
+
+
+class _Calls:
+    """Pickles as a call of ``func`` with ``args``: what a hostile pickle can ask for."""
+
+    def __init__(self, func: object, *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (self.func, self.args)
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        _Calls(bytearray, 2_500_000_000),
+        _Calls(bytes, 1 << 40),
+        _Calls(list, range(10**9)),
+        _Calls(np.ndarray, (100_000, 100_000), "f8"),
+        _Calls(np.dtype, "V2000000000"),
+    ],
+    ids=["bytearray", "bytes", "list-of-range", "ndarray", "dtype"],
+)
+def test_loads_refuses_to_build_more_than_the_pickle_carries(bomb: _Calls) -> None:
+    data = pickle.dumps(bomb, protocol=4)
+    assert len(data) < 200
+    with pytest.raises(UnsafePickleError, match="refused, nothing built"):
+        safepickle.loads(data)
+
+
+def test_loads_still_builds_what_the_pickle_carries() -> None:
+    value = {"big": np.arange(300_000, dtype=np.float64), "buf": bytearray(b"x" * 2_000_000), "r": list(range(10))}
+    for protocol in (2, 4, 5):
+        got = safepickle.loads(pickle.dumps(value, protocol=protocol))
+        assert got["buf"] == value["buf"] and got["r"] == value["r"]
+        np.testing.assert_array_equal(got["big"], value["big"])
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False), np.array([True]), np.array(False)])
+def test_read_flag_reads_a_pickled_bool_without_unpickling(value: object, protocol: int) -> None:
+    assert safepickle.read_flag(pickle.dumps(value, protocol=protocol)) is bool(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (_Calls(bytearray, 2_500_000_000), UnsafePickleError),
+        (_Calls(os.system, "echo pwned"), UnsafePickleError),
+        (np.array([True, False]), DecodeError),
+        (np.int8(1), DecodeError),
+        (1, DecodeError),
+        (np.zeros(2000, bool), DecodeError),
+    ],
+    ids=["bytearray", "system", "two-bools", "int8", "int", "too-long"],
+)
+def test_read_flag_refuses_anything_else(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        safepickle.read_flag(pickle.dumps(value, protocol=4))

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
 from ...episodes.metafiles import read_metadata_files
+from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
 from ...episodes.names import safe_name
 from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError, ShardstoreError, TFRecordFormatError
