@@ -128,7 +128,9 @@ class Episodes:
         """The bytes of one kept source file; only names the index lists are read."""
         if relpath not in self.source_files():
             raise SampleNotFoundError("no such source file", path=self.dataset.storage.url(f"{_META}/{SOURCE_DIR}"), member=relpath)
-        return self.dataset.storage.read(f"{_META}/{SOURCE_DIR}/{relpath}")
+        where = self.dataset.storage.url(f"{_META}/{EPISODES_SQLITE}")
+        rel = safe_relpath(relpath, where, "kept source file name").replace(os.sep, "/")
+        return self.dataset.storage.read(f"{_META}/{SOURCE_DIR}/{rel}")
 
     @property
     def video(self) -> VideoStore:

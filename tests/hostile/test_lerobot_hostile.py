@@ -197,7 +197,9 @@ def test_a_parquet_footer_declaring_2_gib(sources: dict[str, Path], tmp_path: Pa
     refused("import", "lerobot", src, tmp_path / "out2", "--quiet", expect=(data.name, "parquet"))
 
 
-@pytest.mark.parametrize("name", ["meta/a\\..\\..\\hostile.json", "meta/new\nline.json"])
+@pytest.mark.parametrize(
+    "name", ["meta/a\\..\\..\\hostile.json", "meta/new\nline.json", "../../hostile.json", "/tmp/hostile.json", "meta/\x00.json"]
+)
 def test_export_refuses_a_kept_file_name_that_is_not_plain(sources: dict[str, Path], tmp_path: Path, name: str) -> None:
     """Kept source files are written back by name on export: the name is the dataset's, so checked."""
     import sqlite3
@@ -205,7 +207,8 @@ def test_export_refuses_a_kept_file_name_that_is_not_plain(sources: dict[str, Pa
     ds = tmp_path / "ds"
     import_lerobot(str(sources["v2.1"]), str(ds))
     kept = ds / ".nv-meta" / "source"
-    (kept / name).write_bytes(b"{}")
+    if "\x00" not in name and not name.startswith(("/", "..")):
+        (kept / name).write_bytes(b"{}")
     db = sqlite3.connect(ds / ".nv-meta" / "episodes.sqlite")
     db.execute("INSERT INTO source_files VALUES (?, 2)", (name,))
     db.commit()
