@@ -191,25 +191,32 @@ class Episodes:
         sample is read, the sample after it is another episode's, so the stored counts agree with the
         shard. A plain ustar header holds the name at its start; a PAX or GNU long name header
         (which our writer never makes for these keys) is left to the part parser."""
-        number = int(self._number[e])
-        if self.granularity == "step":
-            checks = [(bounds[0], layout.step_key(number, lo)), (bounds[-2], layout.step_key(number, hi - 1))]
-        else:
-            checks = [(bounds[0], layout.episode_key(number))]
-        for at, key in checks:
-            if data[at + 156 : at + 157] in (b"0", b"\0") and data[at : at + len(key) + 1] != key.encode() + b".":
-                raise IndexCorruptError(
-                    f"the sample read is {_header_name(data, at)!r}, where episodes.sqlite and .tar.idx place {key!r}: "
-                    "rerun prepare (or the import)", path=self.dataset.storage.url(shard.name), member=f"episode {number}")
+        number = self._number.item(e)
+        step = self.granularity == "step"
+        # layout.step_key / episode_key as bytes, one format each: this runs on every read
+        key = b"e%08d_s%06d." % (number, lo) if step else b"e%08d." % number
+        at = bounds[0]
+        if data[at + 156] in (48, 0) and data[at : at + len(key)] != key:  # typeflag '0' or NUL: plain ustar
+            self._refuse_key(e, data, at, key, shard)
+        if step and hi - lo > 1:
+            key = b"e%08d_s%06d." % (number, hi - 1)
+            at = bounds[-2]
+            if data[at + 156] in (48, 0) and data[at : at + len(key)] != key:
+                self._refuse_key(e, data, at, key, shard)
         if tail:
             at = bounds[-1]
-            prefix = (layout.step_key(number, 0)[:_KEY_FIXED] if self.granularity == "step"
-                      else layout.episode_key(number) + ".").encode()
-            if data[at + 156 : at + 157] in (b"0", b"\0") and data[at : at + len(prefix)] == prefix:
+            prefix = b"e%08d_s" % number if step else key
+            if data[at + 156] in (48, 0) and data[at : at + len(prefix)] == prefix:
                 raise IndexCorruptError(
                     f"the episode goes on past its stored {int(self._samples[e])} samples "
                     f"({_header_name(data, at)!r} follows): rerun the import",
                     path=self.dataset.storage.url(shard.name), member=f"episode {number}")
+
+    def _refuse_key(self, e: int, data: bytes, at: int, key: bytes, shard: ShardRef) -> None:
+        raise IndexCorruptError(
+            f"the sample read is {_header_name(data, at)!r}, where episodes.sqlite and .tar.idx place "
+            f"{key[:-1].decode()!r}: rerun prepare (or the import)",
+            path=self.dataset.storage.url(shard.name), member=f"episode {self._number.item(e)}")
 
     def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
         """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
