@@ -278,9 +278,10 @@ def load_packets(data: bytes, where: str) -> dict[str, PacketIndex]:
 class _Decoder:
     """A decoder for one kind of video and where it stands: the file and the last packet sent."""
 
-    def __init__(self, av: Any, index: PacketIndex, restarts: dict[str, int]) -> None:
+    def __init__(self, av: Any, index: PacketIndex, restarts: dict[str, int], decoded: dict[str, int]) -> None:
         self.av = av
         self.restarts = restarts  # per file, how often decoding it started over at a keyframe
+        self.decoded = decoded  # per file, how many packets (frames) were sent to the decoder
         self.ctx = av.CodecContext.create(index.codec, "r")
         if index.extradata:
             self.ctx.extradata = index.extradata
@@ -333,6 +334,7 @@ class _Decoder:
                 self.drained = True
             else:
                 self.sent += 1
+                self.decoded[name] = self.decoded.get(name, 0) + 1
                 p = self.av.Packet(packet(self.sent))
                 p.pts = int(index.pts[self.sent])
                 self.pending = list(self.ctx.decode(p))
@@ -352,13 +354,16 @@ class PacketReader:
         self._reformatters: dict[Kind, Any] = {}
         self._kept: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
         self.restarts: dict[str, int] = {}
+        self.decoded: dict[str, int] = {}
 
     def frames(
         self, name: str, index: PacketIndex, read: Callable[[int, int], bytes], wanted: Iterable[int]
     ) -> list[np.ndarray]:
         """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB, in the order asked.
-        ``read(offset, size)`` gives the file's bytes; the packets all the frames need are read
-        in one go (from the keyframe before the first through the last packet the last needs)."""
+        ``read(offset, size)`` gives the file's bytes. Frames are decoded in file order, each
+        group of pictures from its keyframe once (frames of one group share it); the packets of
+        neighbouring groups are read in one go, a gap of unneeded groups (a batch's frames spread
+        over a file) starts a new read instead of reading through it."""
         wanted = list(wanted)
         got = {i: self._kept[(name, i)] for i in wanted if (name, i) in self._kept}
         todo = sorted(set(wanted) - set(got))
@@ -366,35 +371,62 @@ class PacketReader:
             kind = index.kind
             decoder = self._decoders.get(kind)
             if decoder is None:
-                decoder = self._decoders[kind] = _Decoder(self.av, index, self.restarts)
+                decoder = self._decoders[kind] = _Decoder(self.av, index, self.restarts, self.decoded)
             reformatter = self._reformatters.get(kind)
             if reformatter is None:
                 reformatter = self._reformatters[kind] = self.av.video.reformatter.VideoReformatter()
-            first = index.keyframe_before(todo[0])
-            on = decoder.file == name and not decoder.drained and decoder.shown < index.shown[todo[0]]
-            if on and first <= decoder.sent:
-                first = decoder.sent + 1  # decoding on from where the decoder stands
-            last = int(index.reach[todo[-1]])
-            lo = int(index.pos[min(first, last)])
-            data = read(lo, int(index.pos[last] + index.size[last]) - lo) if first <= last else b""
-
-            def packet(j: int) -> bytes:
-                start, n = int(index.pos[j]) - lo, int(index.size[j])
-                if start < 0 or start + n > len(data):  # outside what was read (a restart)
-                    return read(int(index.pos[j]), n)
-                return data[start : start + n]
-
-            for i in todo:
-                try:
-                    frame = decoder.to(name, index, i, packet, i == todo[-1])
-                    got[i] = reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
-                except self.av.error.FFmpegError as e:
-                    decoder.file = None  # in an unknown state: flushed before its next use
-                    raise DecodeError(f"frame {i}: {e}", path=name) from e
-                self._keep((name, i), got[i])
+            for run in _runs(index, todo):
+                self._decode_run(name, index, read, run, decoder, reformatter, got)
         return [got[i] for i in wanted]
+
+    def _decode_run(
+        self,
+        name: str,
+        index: PacketIndex,
+        read: Callable[[int, int], bytes],
+        todo: list[int],
+        decoder: _Decoder,
+        reformatter: Any,
+        got: dict[int, np.ndarray],
+    ) -> None:
+        """Decode frames ``todo`` (sorted) whose packets lie in one stretch, read in one go."""
+        first = index.keyframe_before(todo[0])
+        on = decoder.file == name and not decoder.drained and decoder.shown < index.shown[todo[0]]
+        if on and first <= decoder.sent:
+            first = decoder.sent + 1  # decoding on from where the decoder stands
+        last = int(index.reach[todo[-1]])
+        lo = int(index.pos[min(first, last)])
+        data = read(lo, int(index.pos[last] + index.size[last]) - lo) if first <= last else b""
+
+        def packet(j: int) -> bytes:
+            start, n = int(index.pos[j]) - lo, int(index.size[j])
+            if start < 0 or start + n > len(data):  # outside what was read (a restart)
+                return read(int(index.pos[j]), n)
+            return data[start : start + n]
+
+        for i in todo:
+            try:
+                frame = decoder.to(name, index, i, packet, i == todo[-1])
+                got[i] = reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
+            except self.av.error.FFmpegError as e:
+                decoder.file = None  # in an unknown state: flushed before its next use
+                raise DecodeError(f"frame {i}: {e}", path=name) from e
+            self._keep((name, i), got[i])
 
     def _keep(self, key: tuple[str, int], arr: np.ndarray) -> None:
         self._kept[key] = arr
         if len(self._kept) > FRAMES_KEPT:
             self._kept.popitem(last=False)
+
+
+def _runs(index: PacketIndex, todo: list[int]) -> list[list[int]]:
+    """``todo`` (sorted frame numbers) cut where the next frame's keyframe lies past the packets
+    the run so far needs: each run's packets are one stretch of the file, none skipped inside."""
+    runs: list[list[int]] = []
+    reach = -2
+    for i in todo:
+        if index.keyframe_before(i) > reach + 1:
+            runs.append([])
+        runs[-1].append(i)
+        reach = max(reach, int(index.reach[i]))
+    return runs

@@ -226,6 +226,7 @@ class _OpenVideo:
         self.decoder: Any = None
         self.position: int | None = None  # pts of the last frame the running decoder gave
         self.seeks = 0  # how often this video was sought (a measure of the cache's use)
+        self.decoded = 0  # how many frames its decoder gave
 
     def close(self) -> None:
         self.container.close()
@@ -253,6 +254,7 @@ class _OpenVideo:
                 self.position = None
             first = True
             for frame in self.decoder:
+                self.decoded += 1
                 pts = frame.pts if frame.pts is not None else 0
                 self._learn(pts, frame.key_frame)
                 self.position = pts
@@ -359,19 +361,26 @@ class FrameDecoder:
         restarts = self._reader.restarts.get(name, 0) if self._reader is not None else 0
         return restarts + (0 if video is None else video.seeks)
 
+    def decoded(self, name: str) -> int:
+        """How many frames of ``name`` this process's decoders decoded (packets sent, frames the
+        demuxer path's decoder gave): what a reader's cost is measured by."""
+        video = self._open.get(name)
+        packets = self._reader.decoded.get(name, 0) if self._reader is not None else 0
+        return packets + (0 if video is None else video.decoded)
+
     def frames(self, refs: Sequence[VideoRef]) -> list[np.ndarray]:
-        """The frames of ``refs`` in order; a run of refs to one file is read in one go (indexed
-        videos: one range read and decoding forward from one keyframe)."""
-        out: list[np.ndarray] = []
+        """The frames of ``refs`` in the order asked, decoded together in file and time order,
+        each distinct frame once (a batch's or a window's frames: one keyframe start per group of
+        pictures, frames of one group decoded on from it)."""
+        by_file: dict[str, set[float]] = {}
+        for r in refs:
+            by_file.setdefault(r.file, set()).add(r.timestamp)
+        got: dict[tuple[str, float], np.ndarray] = {}
         with self._lock:
-            run = 0
-            while run < len(refs):
-                name, end = refs[run].file, run + 1
-                while end < len(refs) and refs[end].file == name:
-                    end += 1
-                out += self._frames_of(name, [r.timestamp for r in refs[run:end]])
-                run = end
-        return out
+            for name in sorted(by_file):
+                times = sorted(by_file[name])
+                got.update(zip(((name, t) for t in times), self._frames_of(name, times), strict=True))
+        return [got[(r.file, r.timestamp)] for r in refs]
 
     def close(self) -> None:
         with self._lock:

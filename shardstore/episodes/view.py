@@ -16,7 +16,7 @@ give the per-step ``VideoRef`` references, which an export cuts the files by. St
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -412,6 +412,71 @@ class Episodes:
         out["is_terminal"] = out["is_last"] & bool(self._terminal[e])
         out["is_pad"] = want != idx
         return out
+
+    def sample(
+        self, e: int, t: int, offsets: Mapping[str, Sequence[int]], *, decode: bool = True
+    ) -> dict[str, Any]:
+        """Step ``t`` of episode position ``e`` with, for each field named in ``offsets``, its rows
+        at ``t + offset`` stacked (a policy's observation history and action chunk, LeRobot's
+        ``delta_timestamps`` in steps) and ``<field>_is_pad``; other fields hold step ``t``'s row.
+
+        Rows beyond the episode's ends repeat its first or last step (LeRobot's padding) and are
+        marked in ``<field>_is_pad``. Only the frames returned are decoded: two frames and a
+        50-step action chunk decode two frames per camera, in time order, one keyframe start per
+        group of pictures. ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``).
+        """
+        e = self._e(e)
+        n = int(self._steps[e])
+        if t < 0:
+            t += n
+        if not 0 <= t < n:
+            raise IndexError(f"step {t} out of range (episode {self.number(e)} has {n} steps)")
+        want = {name: t + np.asarray(o, np.int64).reshape(-1) for name, o in offsets.items()}
+        for name in want:
+            self.schema[name]  # KeyError for a field the dataset lacks
+        idx = {name: np.clip(w, 0, n - 1) for name, w in want.items()}
+        reach = [t, *(int(i.min()) for i in idx.values() if len(i)), *(int(i.max()) for i in idx.values() if len(i))]
+        lo, hi = min(reach), max(reach) + 1
+        rows = self._read_rows(e, lo, hi) if self.granularity == "step" else self[e].steps
+        base = lo if self.granularity == "step" else 0
+        out: dict[str, Any] = {}
+        for f in self.schema.fields:
+            values = rows[f.name]
+            if f.name in idx:
+                out[f.name] = _take(values, idx[f.name] - base)
+                out[f"{f.name}_is_pad"] = want[f.name] != idx[f.name]
+            else:
+                out[f.name] = values[t - base, ...] if isinstance(values, np.ndarray) else values[t - base]
+        if decode:
+            self._decode_videos([out])
+        return out
+
+    def get_many(
+        self, steps: Sequence[tuple[int, int]], offsets: Mapping[str, Sequence[int]] | None = None
+    ) -> list[dict[str, Any]]:
+        """``sample(e, t, offsets)`` of each ``(e, t)`` of ``steps``, their frames decoded together
+        in file and time order (a batch's frames of one group of pictures share its keyframe start,
+        each distinct frame is decoded once): what a DataLoader's batched fetch calls."""
+        items = [self.sample(e, t, offsets or {}, decode=False) for e, t in steps]
+        self._decode_videos(items)
+        return items
+
+    def _decode_videos(self, items: list[dict[str, Any]]) -> None:
+        """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
+        refs by the stacked frames), all decoded in one call."""
+        videos = [f.name for f in self.schema.fields if f.kind == "video"]
+        refs: list[VideoRef] = []
+        for item in items:
+            for name in videos:
+                value = item[name]
+                refs += value if isinstance(value, list) else [value]
+        if not refs:
+            return
+        frames = iter(self.video.decoder.frames(refs))
+        for item in items:
+            for name in videos:
+                value = item[name]
+                item[name] = np.stack([next(frames) for _ in value]) if isinstance(value, list) else next(frames)
 
     def stream(self) -> EpisodeStream:
         """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),
