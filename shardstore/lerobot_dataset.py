@@ -161,5 +161,5 @@ def _decode_images(value: Any) -> np.ndarray:
 
 def _chw(torch: Any, frames: np.ndarray) -> Any:
     """HWC (or THWC) uint8 as float32 CHW (TCHW) in [0, 1], as LeRobot's decoders return them."""
-    t = torch.from_numpy(np.ascontiguousarray(frames))
+    t = torch.from_numpy(np.require(frames, requirements=["C", "W"]))  # decoded frames are kept read-only
     return (t.permute(0, 3, 1, 2) if t.ndim == 4 else t.permute(2, 0, 1)).float().div_(255)

@@ -102,3 +102,28 @@ def test_deep_check_from_s3_finds_what_it_finds_locally(
     strip = lambda r, root: [str(p).replace(root.rstrip("/"), "ROOT") for p in r.problems]  # noqa: E731
     assert strip(there, url) == strip(here, str(source))
     assert any(p.check == "finite" and p.field == "action" and p.frame == 3 for p in there.problems)
+
+
+def test_lerobot_dataset_from_s3(
+    source: Path,
+    tmp_path: Path,
+    s3_url: Callable[[str], str],
+    upload: Callable[[Any, str], str],
+    storage_options: dict[str, Any],
+) -> None:
+    """The drop-in LeRobotDataset over a bucket gives the local one's items, batches included."""
+    torch = pytest.importorskip("torch")
+    from shardstore.lerobot_dataset import LeRobotDataset
+
+    local = tmp_path / "ds"
+    import_lerobot(str(source), str(local))
+    url = upload(local, s3_url("ds_loader"))
+    deltas = {CAMS[0]: [-0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3]}
+    remote = LeRobotDataset(url, delta_timestamps=deltas, storage_options=storage_options)
+    here = LeRobotDataset(local, delta_timestamps=deltas)
+    assert len(remote) == len(here) == 22
+    picks = [0, 7, 8, 13, 21]
+    for a, b in zip(remote.__getitems__(picks), [here[i] for i in picks], strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == b[key] if key == "task" else torch.equal(a[key], b[key]), key

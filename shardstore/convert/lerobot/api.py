@@ -468,20 +468,12 @@ def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[
     """LeRobot's ``delta_timestamps`` on an episode view: for each field, its values at ``t`` plus each
     offset in seconds (``{"observation.images.front": [-0.1, 0.0], "action": [0.0, 0.1, ...]}``),
     turned into steps by the dataset's fps, with ``<field>_is_pad`` where an offset falls outside the
-    episode (the nearest step is repeated, as LeRobot pads). One ``view.window`` read serves all fields.
+    episode (the nearest step is repeated, as LeRobot pads). One ``view.sample`` read serves all fields,
+    and only the frames returned are decoded (``shardstore.lerobot_dataset`` gives whole LeRobot items).
     """
     fps = float(view.schema.attrs.get("fps") or 0)
     if fps <= 0:
         raise LeRobotFormatError("the dataset has no fps (not imported from LeRobot?)", path=view.dataset.url)
     steps = {k: [round(d * fps) for d in ds] for k, ds in delta_timestamps.items()}
-    lo = min(min(s) for s in steps.values())
-    hi = max(max(s) for s in steps.values())
-    before, after = max(0, -lo), max(0, hi)
-    w = view.window(e, t, before, after)
-    out: dict[str, Any] = {}
-    for key, offsets in steps.items():
-        rows = [o + before for o in offsets]
-        values = w[key]
-        out[key] = values[rows] if isinstance(values, np.ndarray) else [values[r] for r in rows]
-        out[f"{key}_is_pad"] = w["is_pad"][rows]
-    return out
+    item = view.sample(e, t, steps)
+    return {k: item[k] for key in steps for k in (key, f"{key}_is_pad")}
