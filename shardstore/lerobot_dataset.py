@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from .episodes.view import Episodes, episodes
+from .torch import _tud, chw_float, torch  # torch.py raises MissingExtraError without torch
 
 __all__ = ["LeRobotDataset"]
 
 
-class LeRobotDataset:
+class LeRobotDataset(_tud.Dataset):  # type: ignore[type-arg]
     """The frames of an imported LeRobot dataset (local path or URL, S3 with ``storage_options``)
     as LeRobot's ``LeRobotDataset`` returns them; a ``torch.utils.data.Dataset`` (map-style)."""
 
@@ -96,15 +97,13 @@ class LeRobotDataset:
         return [self._item(raw) for raw in self.view.get_many(steps, self.delta_indices)]
 
     def _item(self, raw: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
         item: dict[str, Any] = {}
         for f in self.view.schema.fields:
             value = raw[f.name]
             if f.kind == "video":
-                item[f.name] = _chw(torch, value)
+                item[f.name] = _chw(value)
             elif _is_image(f):
-                item[f.name] = _chw(torch, _decode_images(value))
+                item[f.name] = _chw(_decode_images(value))
             elif f.kind == "array":
                 item[f.name] = torch.from_numpy(np.array(value))  # a copy: 0-d stays 0-d, rows stay writable
             else:
@@ -159,7 +158,7 @@ def _decode_images(value: Any) -> np.ndarray:
     return np.stack([one(v) for v in value]) if isinstance(value, list) else one(value)
 
 
-def _chw(torch: Any, frames: np.ndarray) -> Any:
-    """HWC (or THWC) uint8 as float32 CHW (TCHW) in [0, 1], as LeRobot's decoders return them."""
-    t = torch.from_numpy(np.require(frames, requirements=["C", "W"]))  # decoded frames are kept read-only
-    return (t.permute(0, 3, 1, 2) if t.ndim == 4 else t.permute(2, 0, 1)).float().div_(255)
+def _chw(frames: np.ndarray) -> Any:
+    """Float32 CHW (TCHW) in [0, 1] of a writable copy when the frames are the decoder's kept,
+    read-only arrays (torch warns on a tensor over a read-only buffer)."""
+    return chw_float(np.require(frames, requirements=["C", "W"]))
