@@ -16,7 +16,7 @@ give the per-step ``VideoRef`` references, which an export cuts the files by. St
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -414,7 +414,13 @@ class Episodes:
         return out
 
     def sample(
-        self, e: int, t: int, offsets: Mapping[str, Sequence[int]], *, decode: bool = True
+        self,
+        e: int,
+        t: int,
+        offsets: Mapping[str, Sequence[int]],
+        *,
+        fields: Collection[str] | None = None,
+        decode: bool = True,
     ) -> dict[str, Any]:
         """Step ``t`` of episode position ``e`` with, for each field named in ``offsets``, its rows
         at ``t + offset`` stacked (a policy's observation history and action chunk, LeRobot's
@@ -423,7 +429,8 @@ class Episodes:
         Rows beyond the episode's ends repeat its first or last step (LeRobot's padding) and are
         marked in ``<field>_is_pad``. Only the frames returned are decoded: two frames and a
         50-step action chunk decode two frames per camera, in time order, one keyframe start per
-        group of pictures. ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``).
+        group of pictures. ``fields`` keeps only those fields (default all: a camera left out is
+        not decoded); ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``).
         """
         e = self._e(e)
         n = int(self._steps[e])
@@ -441,6 +448,8 @@ class Episodes:
         base = lo if self.granularity == "step" else 0
         out: dict[str, Any] = {}
         for f in self.schema.fields:
+            if fields is not None and f.name not in fields:
+                continue
             values = rows[f.name]
             if f.name in idx:
                 out[f.name] = _take(values, idx[f.name] - base)
@@ -464,7 +473,7 @@ class Episodes:
     def _decode_videos(self, items: list[dict[str, Any]]) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
         refs by the stacked frames), all decoded in one call."""
-        videos = [f.name for f in self.schema.fields if f.kind == "video"]
+        videos = [f.name for f in self.schema.fields if f.kind == "video" and items and f.name in items[0]]
         refs: list[VideoRef] = []
         for item in items:
             for name in videos:

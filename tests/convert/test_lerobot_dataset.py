@@ -176,3 +176,13 @@ def test_dataloader_batches_equal_items(imported: tuple[Path, Path]) -> None:
                 assert batch[key][k] == value
             else:
                 assert torch.equal(batch[key][k], value), key
+
+
+def test_delta_window_decodes_only_the_cameras_asked(imported: tuple[Path, Path]) -> None:
+    from shardstore.convert.lerobot import delta_window
+
+    view = fresh(imported)
+    got = delta_window(view, 0, 6, {"action": [0.0, 0.1]})
+    assert set(got) == {"action", "action_is_pad"} and decoded(view) == 0
+    got = delta_window(view, 0, 6, {"observation.images.front": [-0.1, 0.0]})
+    assert got["observation.images.front"].shape == (2, 32, 32, 3) and decoded(view) > 0

@@ -475,5 +475,5 @@ def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[
     if fps <= 0:
         raise LeRobotFormatError("the dataset has no fps (not imported from LeRobot?)", path=view.dataset.url)
     steps = {k: [round(d * fps) for d in ds] for k, ds in delta_timestamps.items()}
-    item = view.sample(e, t, steps)
+    item = view.sample(e, t, steps, fields=steps)
     return {k: item[k] for key in steps for k in (key, f"{key}_is_pad")}
