@@ -162,6 +162,8 @@ class CheckReport:
     problems: list[Problem] = field(default_factory=list)
     #: What an interrupted prepare left and ``check`` undid or removed (metaswap.recover).
     repaired: list[str] = field(default_factory=list)
+    #: A dataset of episodes' layout (``layout 2 (columns: ...)``); None for other datasets.
+    episodes_layout: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -195,9 +197,11 @@ class _Problems:
 
 
 #: ``.nv-meta`` files a remote check downloads to validate (plus the modules ``dataset.yaml`` names).
+#: A dataset of episodes' files (``episodes/index.py``; named here: checks sits below episodes).
+_SCHEMA_JSON, _EPISODES_SQLITE = "schema.json", "episodes.sqlite"
 _META_FILES = (
     nvmeta.INFO_JSON, nvmeta.INFO_YAML, nvmeta.SPLIT_YAML, "split.json", nvmeta.DATASET_YAML,
-    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON,
+    nvmeta.INDEX_SQLITE, nvmeta.INDEX_UUID, nvmeta.SHARDSTORE_JSON, _SCHEMA_JSON, _EPISODES_SQLITE,
 )
 
 
@@ -351,6 +355,23 @@ def _part_problems(
             problems.add(Problem("member", where, f"member with {size} bytes of data is not in the index", member, offset))
 
 
+def _episodes_layout(storage: Storage, root: str, problems: _Problems) -> str | None:
+    """The layout of a dataset of episodes (``schema.json``), described; None for other datasets."""
+    schema = os.path.join(root, nvmeta.META_DIR, _SCHEMA_JSON)
+    if not os.path.isfile(schema):
+        return None
+    from .episodes.layout import describe_layout  # episodes sits above checks
+
+    where = storage.url(f"{nvmeta.META_DIR}/{_SCHEMA_JSON}")
+    try:
+        with open(schema, "rb") as f:
+            return describe_layout(f.read(), os.path.join(root, nvmeta.META_DIR, _EPISODES_SQLITE), where)
+    except (ShardstoreError, sqlite3.Error) as e:
+        detail = e.detail if isinstance(e, ShardstoreError) else f"episodes.sqlite: {e}"
+        problems.add(Problem("schema", where, detail))
+        return None
+
+
 def check(
     url: str, *, deep: bool = False, storage_options: dict[str, Any] | None = None, progress: bool = False
 ) -> CheckReport:
@@ -384,6 +405,7 @@ def check(
             meta_info = None  # unreadable .info: the schema check below says why
         for p in _schema_problems(storage, root, set(meta_info.shard_counts) if meta_info else set()):
             problems.add(p)
+        report.episodes_layout = _episodes_layout(storage, root, problems)
         try:
             stats = nvmeta.read_shardstore_json(storage)  # check reports an invalid file; reads ignore it
         except ShardstoreError as e:

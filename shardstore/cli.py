@@ -432,7 +432,9 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
     if s.episodes is not None:
         ep = s.episodes
         source = f"{ep['source_format']} {ep['source_version']}".strip() or "written by EpisodeWriter"
-        rows.append(("episodes", f"{ep['episodes']} ({_plural(ep['steps'], 'step')}, one sample per {ep['granularity']}; source: {source})"))
+        per = "step" if ep["granularity"] == "step" else "episode"
+        shape = f"layout {ep['layout']}, one sample per {per}"
+        rows.append(("episodes", f"{ep['episodes']} ({_plural(ep['steps'], 'step')}, {shape}; source: {source})"))
     click.echo(s.url)
     for label, value in rows + _episode_wds_rows(layout):
         click.echo(f"  {label:<12} {value}")
@@ -512,6 +514,8 @@ def check_command(
     checked = f"{_plural(report.shards, 'shard')}, {_plural(report.samples, 'sample')}"
     if deep:
         checked += f", {_plural(report.parts, 'part')} (deep)"
+    if report.episodes_layout and not as_json and not quiet:
+        click.echo(f"episodes: {report.episodes_layout}")
     _print_check(report, checked, as_json, quiet)
 
 
@@ -830,8 +834,10 @@ def episode_writer_options(fn: F) -> F:
         return fn(*args, writer=writer, as_json=as_json, quiet=quiet, **kwargs)
 
     options = [
-        click.option("--granularity", type=click.Choice(["step", "episode"]), default="step", show_default=True,
-                     help="One sample per step, or per episode (stacked arrays; for low-dimensional data)."),
+        click.option("--granularity", type=click.Choice(["columns", "step", "episode"]), default="columns",
+                     show_default=True,
+                     help="columns: one sample per episode, small fields as the records of one steps.npy (layout 2); "
+                          "step or episode: layout 1, a tar member per field and step (per step or per episode sample)."),
         click.option("--shard-size", type=_ByteSize(), default="256M", show_default=True,
                      help="Close a shard (at an episode boundary) past this size: 512M, 1G, bytes."),
         click.option("--split-ratio", default=None, help="Train/val/test ratio by episodes, e.g. 8,1,1 (default: all train)."),

@@ -151,6 +151,7 @@ def _episode_summary(ds: Dataset) -> dict[str, Any] | None:
         "episodes": len(view),
         "steps": view.total_steps,
         "granularity": view.granularity,
+        "layout": view.layout,
         "source_format": schema.source_format,
         "source_version": schema.source_version,
         "fields": schema.names,

@@ -65,7 +65,7 @@ def assert_same(got: Episode, want: Episode) -> None:
             assert g == v, name
 
 
-@pytest.fixture(scope="module", params=["step", "episode"])
+@pytest.fixture(scope="module", params=["columns", "step", "episode"])
 def written(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Episode]]:
     out = tmp_path_factory.mktemp("ep") / "ds"
     eps = make_episodes()
@@ -307,7 +307,7 @@ def test_tar_writer_writes_what_tarfile_writes(tmp_path: Path) -> None:
 
 
 def test_uniform_steps_take_the_fast_path_and_a_tampered_step_is_caught(tmp_path: Path) -> None:
-    """Fixed-size steps are cut as a byte matrix; a step whose .npy header differs (same size) is
+    """Fixed-size steps (layout 1) are cut as a byte matrix; a step whose .npy header differs (same size) is
     not misread: the parser path decodes each step and refuses rows that disagree."""
     from shardstore.errors import DecodeError
 
@@ -315,7 +315,7 @@ def test_uniform_steps_take_the_fast_path_and_a_tampered_step_is_caught(tmp_path
     eps = [Episode(i, {"obs": rng.random((9, 3), dtype=np.float32), "act": rng.integers(0, 9, (8, 2)).astype(np.int16)})
            for i in range(3)]
     out = tmp_path / "ds"
-    with EpisodeWriter(out) as w:
+    with EpisodeWriter(out, granularity="step") as w:
         for ep in eps:
             w.write(ep)
     view = shardstore.episodes(str(out))

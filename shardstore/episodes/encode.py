@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import EpisodeFormatError
 from . import layout
+from .columns import encode_columns
 from .index import EpisodeRow
 from .model import Episode, FieldSpec, Schema, StepValues
 from .npy import encode_row, npy_header
@@ -37,6 +38,8 @@ class EncodedEpisode:
     row: EpisodeRow
     split: str | None
     members: bytes
+    #: The columns layout's row starts in ``blobs.bin`` (``index.EpisodeIndexWriter.add_blob_starts``).
+    blob_starts: bytes = b""
 
 
 def encode_episode(episode: Episode, schema: Schema, granularity: str, mtime: int) -> EncodedEpisode:
@@ -54,7 +57,14 @@ def encode_episode(episode: Episode, schema: Schema, granularity: str, mtime: in
     if n > MAX_STEPS:
         raise EpisodeFormatError(f"{n} steps; at most {MAX_STEPS} fit the key", member=where)
     members = TarMembers(mtime)
-    if granularity == "step":
+    blob_starts = b""
+    if granularity == "columns":
+        key = layout.episode_key(number)
+        parts, blob_starts = encode_columns(schema, episode.steps, n, extra, episode.terminal, where)
+        for part, data in parts:
+            members.add(f"{key}.{part}", data)
+        samples, first_key = 1, key
+    elif granularity == "step":
         for t in range(samples):
             _add(members, layout.step_key(number, t), _step_sample(schema, episode.steps, t, n, extra, episode.terminal))
         first_key = layout.step_key(number, 0)
@@ -63,7 +73,7 @@ def encode_episode(episode: Episode, schema: Schema, granularity: str, mtime: in
         samples, first_key = 1, layout.episode_key(number)
     row = EpisodeRow(number, "", 0, samples, n, first_key, bool(episode.terminal), dict(episode.metadata),
                      dict(episode.source))
-    return EncodedEpisode(row, episode.split, members.take())
+    return EncodedEpisode(row, episode.split, members.take(), blob_starts)
 
 
 def _add(members: TarMembers, key: str, sample: dict[str, bytes]) -> None:

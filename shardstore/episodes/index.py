@@ -11,6 +11,13 @@ shard, sample count (one more than the steps when ``steps+1`` fields add a final
 episode-granularity sample), step count, first key, whether it ended terminally, its metadata and
 where it came from in its source (typed JSON). Readers open it ``mode=ro&immutable=1`` and load
 the positional columns of a split once, so a step or an episode is found without SQL.
+
+``blob_starts`` (the columns layout with media or text fields, ``columns.py``): per episode, where
+each row begins in its ``blobs.bin`` and where the last ends (``rows + 1`` little-endian uint64),
+then where each row's values begin at the lowest (``rows`` uint64: a row may share a value the row
+before wrote), so that a step or window reads its records and its values at once rather than one after
+the other (one indexed lookup per episode, cached by the view). An index without the table (older
+writers) still reads, one read after the other.
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ CREATE TABLE episodes (
     terminal INTEGER NOT NULL, metadata TEXT NOT NULL, source TEXT NOT NULL);
 CREATE INDEX episodes_by_shard ON episodes(shard, first_index);
 CREATE TABLE source_files (relpath TEXT PRIMARY KEY, size INTEGER NOT NULL);
+CREATE TABLE blob_starts (number INTEGER PRIMARY KEY, starts BLOB NOT NULL);
 """
 
 
@@ -95,6 +103,10 @@ class EpisodeIndexWriter:
         )
         if len(self._batch) >= 4096:
             self._flush()
+
+    def add_blob_starts(self, number: int, starts: bytes) -> None:
+        """Where each row of episode ``number``'s values begins in its ``blobs.bin`` (see above)."""
+        self.db.execute("INSERT INTO blob_starts VALUES (?, ?)", (int(number), starts))
 
     def add_source_files(self, files: Mapping[str, bytes]) -> None:
         self.db.executemany("INSERT INTO source_files VALUES (?, ?)", [(k, len(v)) for k, v in files.items()])
@@ -183,6 +195,15 @@ class EpisodeIndexReader:
             n, shard, first, samples, steps, key, bool(terminal),
             from_jsonable(json.loads(metadata)), from_jsonable(json.loads(source)),
         )
+
+    def blob_starts(self, number: int) -> np.ndarray | None:
+        """Episode ``number``'s row starts in its ``blobs.bin`` (uint64), None where the index has
+        none (layout 1, an episode without media or text, an index from before the table)."""
+        try:
+            found = self.db.execute("SELECT starts FROM blob_starts WHERE number = ?", (int(number),)).fetchone()
+        except sqlite3.OperationalError:  # no such table
+            return None
+        return None if found is None else np.frombuffer(found[0], "<u8")
 
     def source_files(self) -> dict[str, int]:
         """Relative path -> size of the source files kept under ``.nv-meta/source/``."""

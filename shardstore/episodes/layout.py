@@ -1,6 +1,12 @@
 """How episodes lie in the shards: sample keys, part names, the flag parts. Shared by the writer
 and the view so the two cannot drift apart.
 
+Two layouts, named by ``schema.json``'s ``"layout"`` (``layout_info``): layout 2,
+``granularity="columns"`` (the default: one sample per episode, its small fields as the records of
+one ``steps.npy``, media and text packed in ``blobs.bin``; ``columns.py``), and layout 1, where
+every field of every row is a member of its own, in one of two granularities (a dataset whose
+``schema.json`` names no layout is layout 1):
+
 - ``granularity="step"``: one sample per step, key ``e{episode:08d}_s{step:06d}`` (no dots; sorted
   keys are episode then step order). An episode with ``steps+1`` fields (Minari's observations)
   has one more sample, ``s{steps:06d}``, holding only those fields' last row, with ``is_last`` set
@@ -20,16 +26,23 @@ an episode sample).
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 import numpy as np
 
-from ..errors import EpisodeFormatError
+from ..errors import EpisodeFormatError, IndexVersionError
 from .model import FLAG_FIELDS, FieldSpec
 from .npy import encode_row
 
 __all__ = [
     "GRANULARITIES",
+    "DEFAULT_GRANULARITY",
+    "LAYOUT_VERSION",
+    "layout_info",
+    "read_layout",
+    "describe_layout",
     "step_key",
     "episode_key",
     "extension",
@@ -40,7 +53,10 @@ __all__ = [
     "FALSE_NPY",
 ]
 
-GRANULARITIES = ("step", "episode")
+GRANULARITIES = ("columns", "step", "episode")
+DEFAULT_GRANULARITY = "columns"
+#: The newest layout this version writes and reads.
+LAYOUT_VERSION = 2
 #: Media encodings whose usual file extension is not their name.
 _EXTENSIONS = {"jpeg": "jpg", "tiff": "tif", "mpeg4": "mp4", "h264": "mp4"}
 _ENCODING_RE = re.compile(r"^[a-z0-9]+$")
@@ -48,6 +64,42 @@ _ENCODING_RE = re.compile(r"^[a-z0-9]+$")
 FLAG_PARTS = tuple(f"{name}.npy" for name in FLAG_FIELDS)
 TRUE_NPY = encode_row(np.array(True))
 FALSE_NPY = encode_row(np.array(False))
+
+
+def layout_info(granularity: str) -> dict[str, Any]:
+    """``schema.json``'s ``"layout"`` entry for a dataset written with ``granularity``."""
+    return {"version": 2 if granularity == "columns" else 1, "granularity": granularity}
+
+
+def read_layout(schema_text: str | bytes, where: str) -> int:
+    """The layout version ``schema.json`` names (1 when it names none, as before layouts had
+    numbers); ``IndexVersionError`` for one newer than this version reads."""
+    try:
+        entry = json.loads(schema_text).get("layout") or {}
+        version = int(entry.get("version", 1))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise EpisodeFormatError(f"invalid layout entry: {e}", path=where) from None
+    if not 1 <= version <= LAYOUT_VERSION:
+        raise IndexVersionError(f"episode layout {version}; this shardstore reads layouts 1 to {LAYOUT_VERSION}", path=where)
+    return version
+
+
+_DESCRIPTIONS = {
+    "columns": "one sample per episode, small fields as the records of steps.npy, media and text in blobs.bin",
+    "step": "one sample per step, a tar member per field",
+    "episode": "one sample per episode, a tar member per field and media or text row",
+}
+
+
+def describe_layout(schema_text: str | bytes, index_path: str, where: str) -> str:
+    """``layout N (granularity: what it means)`` for ``shardstore check``: the version from
+    ``schema.json``, the granularity from the episode index at ``index_path`` (where layout 1
+    kept it)."""
+    from .index import EpisodeIndexReader
+
+    version = read_layout(schema_text, where)
+    granularity = EpisodeIndexReader(index_path).granularity
+    return f"layout {version} ({granularity}: {_DESCRIPTIONS.get(granularity, 'unknown')})"
 
 
 def step_key(episode: int, step: int) -> str:

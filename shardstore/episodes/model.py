@@ -161,8 +161,10 @@ class Schema:
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
 
-    def to_json(self) -> str:
-        obj = {
+    def to_json(self, layout: Mapping[str, Any] | None = None) -> str:
+        """The schema as ``schema.json``'s text; ``layout``: the store's layout entry (the writer's
+        ``layout.layout_info``), kept beside the field tree."""
+        obj: dict[str, Any] = {
             "format": "shardstore-episodes",
             "version": 1,
             "source_format": self.source_format,
@@ -170,6 +172,8 @@ class Schema:
             "attrs": to_jsonable(dict(self.attrs)),
             "fields": [f.to_json() for f in self.fields],
         }
+        if layout is not None:
+            obj["layout"] = dict(layout)
         return json.dumps(obj, indent=2)
 
     @classmethod

@@ -36,6 +36,7 @@ from ..errors import (
 from ..keys import split_name
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
+from .columns import ColumnLayout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .names import safe_relpath
@@ -49,6 +50,10 @@ _META = nvmeta.META_DIR
 #: Header bytes of a step key ``e{8 digits}_s{6 digits}``: the first 11 (``e########_s``) are the
 #: same in every sample of an episode, the next 6 (the step) differ.
 _KEY_FIXED, _KEY_LEN = 11, 17
+#: Episodes whose row starts in blobs.bin a view keeps (cleared when full).
+_STARTS_CACHED = 4096
+#: Bytes read: a memoryview when cut from a larger read.
+Buffer = bytes | memoryview
 #: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
 DICT_KEYS = ("obs", "next_obs", "acts", "dones")
 
@@ -72,8 +77,15 @@ class Episodes:
                 path=storage.url(f"{_META}/{SCHEMA_JSON}"),
             ) from None
         self.schema = Schema.from_json(schema_text)
+        self.layout = layout.read_layout(schema_text, storage.url(f"{_META}/{SCHEMA_JSON}"))
         self.index = EpisodeIndexReader(dataset._local_copy(f"{_META}/{EPISODES_SQLITE}"))
         self.granularity = self.index.granularity
+        if self.granularity not in layout.GRANULARITIES or (self.granularity == "columns") != (self.layout == 2):
+            raise DecodeError(f"layout {self.layout} with granularity {self.granularity!r}: they do not go together",
+                              path=storage.url(f"{_META}/{EPISODES_SQLITE}"))
+        self._columns = ColumnLayout.of(self.schema) if self.layout == 2 else None
+        self._video_names = [str(name) for name in self.schema.attrs.get("video_files") or []]
+        self._starts_cache: dict[int, np.ndarray | None] = {}
         pos = self.index.positions([s.name for s in dataset.shards])
         self._number, self._shard, self._first = pos.number, pos.shard, pos.first
         self._samples, self._steps, self._terminal = pos.samples, pos.steps, pos.terminal
@@ -161,9 +173,9 @@ class Episodes:
         return e
 
     # ----- reading --------------------------------------------------------------------------------
-    def _read_range(self, e: int, lo: int, hi: int) -> tuple[ShardRef, int, bytes, list[int]]:
-        """(shard, offset, bytes, sample bounds relative to them) of samples ``lo .. hi - 1`` of
-        episode position ``e``: one read, located through the shard's ``.tar.idx``."""
+    def _locate(self, e: int, lo: int, hi: int) -> tuple[ShardRef, list[int], bool]:
+        """(shard, byte offsets of samples ``lo .. hi - 1`` of episode position ``e`` and the end
+        of the last, whether a sample follows the episode's last), through the shard's ``.tar.idx``."""
         ds = self.dataset
         shard = ds.shards[self._shard[e]]
         offs = ds._offsets.get(shard.tar_file_id)
@@ -176,11 +188,16 @@ class Episodes:
         if end >= len(offs):
             raise IndexCorruptError(f"episodes.sqlite places samples {first}..{end - 1} in a shard of {len(offs) - 1}: rerun the import",
                                     path=ds.storage.url(shard.name), member=f"episode {int(self._number[e])}")
-        bounds = offs[first + lo : first + hi + 1].tolist()
+        return shard, offs[first + lo : first + hi + 1].tolist(), first + hi == end and end < len(offs) - 1
+
+    def _read_range(self, e: int, lo: int, hi: int) -> tuple[ShardRef, int, bytes, list[int]]:
+        """(shard, offset, bytes, sample bounds relative to them) of samples ``lo .. hi - 1`` of
+        episode position ``e``: one read, located through the shard's ``.tar.idx``."""
+        shard, bounds, followed = self._locate(e, lo, hi)
         base = bounds[0]
         # one header more when the episode's last sample is read: the next sample must not be its
-        tail = 512 if first + hi == end and end < len(offs) - 1 else 0
-        data = ds.storage.read_at(shard.name, base, bounds[-1] - base + tail)
+        tail = 512 if followed else 0
+        data = self.dataset.storage.read_at(shard.name, base, bounds[-1] - base + tail)
         rel = [b - base for b in bounds]
         self._check_keys(e, lo, hi, data, rel, tail, shard)
         return shard, base, data, rel
@@ -217,6 +234,86 @@ class Episodes:
             f"the sample read is {_header_name(data, at)!r}, where episodes.sqlite and .tar.idx place "
             f"{key[:-1].decode()!r}: rerun prepare (or the import)",
             path=self.dataset.storage.url(shard.name), member=f"episode {self._number.item(e)}")
+    # ----- the columns layout (layout 2, ``columns.py``) ----------------------------------------------
+    def _column_read(self, e: int, lo: int, hi: int) -> tuple[Buffer, Buffer, int, int, str]:
+        """(records, values, the values' first byte in ``blobs.bin``, steps, where) of rows
+        ``lo .. hi - 1`` of episode position ``e``: one read of their records in ``steps.npy``
+        and, with media or text fields, of their span of ``blobs.bin``, at once when the episode
+        index has the rows' starts (each row's record copy is there too)."""
+        cl = self._columns
+        assert cl is not None
+        n = int(self._steps[e])
+        rows = n + 1 if self._extra else n
+        shard, (start, end), _ = self._locate(e, 0, 1)
+        where = f"{shard.name}, episode {int(self._number[e])}"
+        size = cl.dtype.itemsize
+        at = start + cl.rows_at(rows)
+        if at + rows * size > end:
+            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where)
+        storage = self.dataset.storage
+        span = (at + lo * size, (hi - lo) * size)
+        if not cl.variable:
+            return storage.read_at(shard.name, *span), b"", 0, n, where
+        first = start + cl.blobs_at(rows)
+        starts = self._blob_starts(e, rows)
+        if starts is None:  # an index without the starts: records first, then the span they name
+            records = storage.read_at(shard.name, *span)
+            base, stop = cl.blob_span(cl.records(records, hi - lo, where), end - first, where)
+            return records, storage.read_at(shard.name, first + base, stop - base), base, n, where
+        # one read of the rows' span of blobs.bin: each row's record copy, then its values (and
+        # the values of the row before that the first row shares)
+        base, stop = int(starts[rows + 1 + lo]), int(starts[hi])
+        if not base <= int(starts[lo]) <= stop <= end - first:
+            raise DecodeError(f"the episode index puts values at bytes {base} to {stop} of blobs.bin, "
+                              f"which has {end - first}", member=where)
+        blobs = storage.read_at(shard.name, first + base, stop - base)
+        cuts = starts[lo:hi].tolist()
+        ends = [*cuts[1:], stop]
+        if any(b - a < size for a, b in zip(cuts, ends, strict=True)):
+            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=where)
+        cuts = [c - base for c in cuts]
+        if hi - lo == 1:
+            return memoryview(blobs)[cuts[0] : cuts[0] + size], blobs, base, n, where
+        return b"".join(memoryview(blobs)[c : c + size] for c in cuts), blobs, base, n, where
+
+    def _column_rows(self, e: int, lo: int, hi: int) -> dict[str, Any]:
+        """Every field's rows ``lo .. hi - 1`` of episode position ``e``: arrays stacked, media,
+        text and video references as lists."""
+        cl = self._columns
+        assert cl is not None
+        records, blobs, base, n, where = self._column_read(e, lo, hi)
+        rec = cl.records(records, hi - lo, where)
+        cl.blob_span(rec, base + len(blobs), where, base)
+        return cl.fields(rec, blobs, base, lo, n, self._video_names, where)
+
+    def _blob_starts(self, e: int, rows: int) -> np.ndarray | None:
+        """Episode position ``e``'s row starts in ``blobs.bin`` (``index.blob_starts``), cached."""
+        number = int(self._number[e])
+        starts = self._starts_cache.get(number)
+        if starts is None:
+            starts = self.index.blob_starts(number)  # rows + 1 starts, then rows first bytes read
+            if starts is not None and len(starts) != 2 * rows + 1:
+                raise DecodeError(f"{len(starts)} row starts in the episode index for {rows} rows",
+                                  path=self.index.path, member=f"episode {number}")
+            if len(self._starts_cache) >= _STARTS_CACHED:
+                self._starts_cache.clear()
+            self._starts_cache[number] = starts
+        return starts
+
+    def _column_episode(self, e: int) -> dict[str, Any]:
+        """Every field of episode position ``e``: one read of its sample, its first header checked."""
+        cl = self._columns
+        assert cl is not None
+        n = int(self._steps[e])
+        rows = n + 1 if self._extra else n
+        shard, base, data, _ = self._read_range(e, 0, 1)
+        where = f"{shard.name}, episode {self.number(e)}"
+        cl.check_sample(data, layout.episode_key(self.number(e)), rows, where)
+        rec = cl.records(data, rows, where, cl.rows_at(rows))
+        first = cl.blobs_at(rows)
+        view = memoryview(data)[first:] if cl.variable else memoryview(b"")
+        cl.blob_span(rec, len(view), where)
+        return cl.fields(rec, view, 0, 0, n, self._video_names, where)
 
     def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
         """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
@@ -237,7 +334,9 @@ class Episodes:
         of strings, its metadata, split and source info; its samples are read at once."""
         e = self._e(e)
         n = int(self._steps[e])
-        if self.granularity == "step":
+        if self._columns is not None:
+            steps = self._column_episode(e)
+        elif self.granularity == "step":
             steps = self._read_rows(e, 0, int(self._samples[e]))
         else:
             sample = self._read_samples(e, 0, 1)[0]
@@ -355,7 +454,11 @@ class Episodes:
         if not 0 <= t < rows:
             raise IndexError(f"step {t} out of range (episode {self.number(e)} has {n} steps)")
         out: dict[str, Any] = {}
-        if self.granularity == "step":
+        if self._columns is not None:
+            records, blobs, base, _, where = self._column_read(e, t, t + 1)
+            for name, value in self._columns.row(records, blobs, base, t, n, self._video_names, where).items():
+                out[name] = self.video.decoder.frame(value.file, value.timestamp) if isinstance(value, VideoRef) else value
+        elif self.granularity == "step":
             shard, base, data, bounds = self._read_range(e, t, t + 1)
             fields = self._parts
             for name, part in self._cut(shard, base, data, 0, bounds[1]).items():
@@ -396,7 +499,10 @@ class Episodes:
         idx = np.clip(want, 0, n - 1)
         lo, hi = int(idx[0]), int(idx[-1]) + 1
         out: dict[str, Any] = {}
-        if self.granularity == "step":
+        if self._columns is not None:
+            for name, values in self._column_rows(e, lo, hi).items():
+                out[name] = _take(values, idx - lo)
+        elif self.granularity == "step":
             for name, values in self._read_rows(e, lo, hi).items():
                 out[name] = _take(values, idx - lo)
         else:

@@ -143,8 +143,10 @@ class _Shards:
 class EpisodeWriter:
     """Write episodes into a new prepared shardstore dataset at ``out`` (a local folder).
 
-    ``granularity``: ``"step"`` (one sample per step, the default) or ``"episode"`` (one sample per
-    episode, stacked arrays: for low-dimensional data where a tar member per step wastes space).
+    ``granularity``: ``"columns"`` (the default, layout 2: one sample per episode, its small fields
+    the records of one ``steps.npy``, media and text packed in ``blobs.bin``; ``columns.py``), or
+    layout 1's ``"step"`` (every field of every step a tar member of its own) or ``"episode"`` (one
+    sample per episode, a member per array field and per media or text row).
     ``shard_size``: bytes after which a shard is closed (at an episode boundary). ``split_ratio``:
     ``"8,1,1"`` or ``[("train", 8), ...]`` for episodes whose ``split`` is None (default: all
     train). ``schema``: the field tree (default: inferred from the first episode, see
@@ -163,7 +165,7 @@ class EpisodeWriter:
         self,
         out: str | os.PathLike[str],
         *,
-        granularity: str = "step",
+        granularity: str = layout.DEFAULT_GRANULARITY,
         shard_size: int = DEFAULT_SHARD_SIZE,
         split_ratio: str | Sequence[tuple[str, float]] | None = None,
         schema: Schema | None = None,
@@ -179,7 +181,8 @@ class EpisodeWriter:
         if is_remote_url(self.out):
             raise ConfigError("EpisodeWriter writes a local folder; upload it afterwards", path=self.out)
         if granularity not in layout.GRANULARITIES:
-            raise ConfigError(f"granularity must be 'step' or 'episode', not {granularity!r}", member="granularity")
+            raise ConfigError(f"granularity must be one of {', '.join(layout.GRANULARITIES)}, not {granularity!r}",
+                              member="granularity")
         if shard_size <= 0:
             raise ConfigError(f"shard_size must be positive, not {shard_size}", member="shard_size")
         self.granularity = granularity
@@ -239,6 +242,8 @@ class EpisodeWriter:
         self._split_counts[split] += 1
         self._next_number = max(self._next_number, row.number + 1)
         self._index.add(replace(row, shard=shards.name, first_index=first))
+        if episode.blob_starts:
+            self._index.add_blob_starts(row.number, episode.blob_starts)
         self._steps += row.steps
         self._samples += row.samples
         if self._progress is not None:
@@ -345,7 +350,7 @@ class EpisodeWriter:
         self._index.add_source_files(self._source_files)
         self._index.finish()
         with open(os.path.join(meta, SCHEMA_JSON), "w") as f:
-            f.write(self.schema.to_json())
+            f.write(self.schema.to_json(layout.layout_info(self.granularity)))
         splits = [*self._declared, *[s for s in self._shards if s not in self._declared]]
         prepare(
             self.staging,

@@ -20,9 +20,10 @@ def missing_peer(error: BaseException) -> NoReturn:
     pytest.skip(why, allow_module_level=True)
 
 
-def energon_samples(path: object, split: str = "train") -> list[tuple[str, dict]]:
+def energon_samples(path: object, split: str = "train", decode: bool = False) -> list[tuple[str, dict]]:
     """Every sample of ``split`` as Energon's own val loader yields it, in its order: the key and the
-    raw parts (no decoding; a JSONL line comes parsed under ``json``, as Energon's JSONL factory gives it)."""
+    raw parts (no decoding; a JSONL line comes parsed under ``json``, as Energon's JSONL factory gives it),
+    or with ``decode`` the parts as Energon's default decoder gives them."""
     from megatron.energon import (
         Cooker,
         DefaultTaskEncoder,
@@ -47,6 +48,10 @@ def energon_samples(path: object, split: str = "train") -> list[tuple[str, dict]
         decoder = None
         cookers = [Cooker(cook)]
 
+    class Decoded(DefaultTaskEncoder):  # the default decoder
+        cookers = [Cooker(cook)]
+
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
-    ds = get_val_dataset(str(path), split_part=split, worker_config=wc, batch_size=None, task_encoder=RawBytes())
+    encoder = Decoded() if decode else RawBytes()
+    ds = get_val_dataset(str(path), split_part=split, worker_config=wc, batch_size=None, task_encoder=encoder)
     return [(s.__key__, s.parts) for s in get_loader(ds)]

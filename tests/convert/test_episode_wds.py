@@ -279,11 +279,12 @@ def test_export_replaces_only_an_earlier_export_and_only_with_force(task: Path, 
 
 
 # ----- import into prepared datasets, export back ------------------------------------------------------
-def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("granularity", ["columns", "step"])
+def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path: Path, granularity: str) -> None:
     import shardstore
     from shardstore.convert.episode_wds import export_episode_wds, import_episode_wds
 
-    report = import_episode_wds(task, tmp_path / "ds")
+    report = import_episode_wds(task, tmp_path / "ds", granularity=granularity)
     assert [(r.episodes, r.steps) for r in report.datasets] == [(5, 19)]
     view = shardstore.episodes(tmp_path / "ds")
     src = {**dict(members(task / "shard-000000.tar.zst")), **dict(members(task / "shard-000001.tar"))}
@@ -312,7 +313,12 @@ def test_import_then_read_at_random_and_export_every_member(task: Path, tmp_path
     names = export_episode_wds(tmp_path / "ds", tmp_path / "back")
     for name in names:
         assert members(tmp_path / "back" / name) == members(task / name)
-    # the samples decode like any dataset's pickle parts: only with the opt-in, through safepickle
+    if granularity == "columns":  # the pickles are values in blobs.bin: a decode leaves them bytes
+        first = shardstore.open(str(tmp_path / "ds"), decode=True)[0]
+        assert sorted(k for k in first if not k.startswith("__")) == ["blobs.bin", "steps.npy"]
+        assert isinstance(first["blobs.bin"], bytes) and first["steps.npy"]["is_first"][0]
+        return
+    # layout 1: the samples decode like any dataset's pickle parts: only with the opt-in, through safepickle
     from shardstore.errors import PickleNotAllowedError
 
     with pytest.raises(PickleNotAllowedError):
@@ -420,7 +426,7 @@ def test_subflavors_reach_energon(task: Path, tmp_path: Path) -> None:
 
     ds = get_val_dataset(tmp_path / "ds", split_part="train", worker_config=wc, batch_size=None, task_encoder=Raw())
     got = list(get_loader(ds))
-    assert len(got) == 19 and all(s["subflavors"] == want for s in got)
+    assert len(got) == 5 and all(s["subflavors"] == want for s in got)  # a sample per episode (19 steps)
 
 
 # ----- the command line ---------------------------------------------------------------------------

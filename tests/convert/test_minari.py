@@ -57,7 +57,7 @@ def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def imported(minari_root: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Each source imported once (by its dataset id), one sample per step; CartPole also per episode."""
+    """Each source imported once (by its dataset id), in the default layout; CartPole also per episode (layout 1)."""
     out = tmp_path_factory.mktemp("imported")
     done = {}
     for src in SOURCES:

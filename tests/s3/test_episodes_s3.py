@@ -21,7 +21,7 @@ from test_episodes import SCHEMA, assert_same, make_episodes  # noqa: E402  (tes
 pytestmark = pytest.mark.s3
 
 
-@pytest.mark.parametrize("granularity", ["step", "episode"])
+@pytest.mark.parametrize("granularity", ["columns", "step", "episode"])
 def test_episodes_read_on_s3_equal_local(
     granularity: str, tmp_path: Path, upload: Callable[[str, str], str], s3_url: Callable[[str], str],
     storage_options: dict[str, Any],

@@ -71,7 +71,7 @@ STEPS = [
     # the sections "episodes", "rlds", "lerobot" and the cluster import of docs/benchmarks.md)
     Step("episodes", lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--json", out],
          lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--episodes", "100", "--steps", "50",
-                         "--repeat", "1", "--json", out]),
+                         "--repeat", "1", "--s3-items", "0", "--json", out]),
     Step("episode-wds", lambda p, out: ["episodes.py", "--episode-wds", "--data", os.path.join(p.work, "ewds"), "--episodes",
                                         "100", "--steps", "200", "--image", "3", "32", "32", "--samples", "2000", "--json", out],
          None),
@@ -82,7 +82,8 @@ STEPS = [
     Step("lerobot", lambda p, out: ["lerobot.py", "--episodes", "200", "--frames", "300", "--data",
                                     os.path.join(p.work, "lerobot"), "--json", out],
          lambda p, out: ["lerobot.py", "--episodes", "4", "--frames", "30", "--items", "20", "--windows", "4",
-                         "--npy-episodes", "2", "--repeat", "1", "--data", os.path.join(p.work, "lerobot"), "--json", out]),
+                         "--npy-episodes", "2", "--repeat", "1", "--s3-items", "0", "--data", os.path.join(p.work, "lerobot"),
+                         "--json", out]),
     Step("import-cluster", lambda p, out: ["import_cluster.py", "--episodes", "200", "--steps", "50", "--lerobot", "40",
                                            "--repeat", "2", "--work", os.path.join(p.work, "import-cluster")],
          lambda p, out: ["import_cluster.py", "--episodes", "20", "--steps", "10", "--repeat", "1",

@@ -18,6 +18,11 @@ float32 vector, a float32 action. Then, warm page cache, one thread, fixed seed:
 Each reader is checked to return the same arrays as h5py on a prefix before timing. Loops run
 ``--repeat`` times interleaved; the best run is kept in wall-clock and CPU time.
 
+Both store layouts in the same run: the import and every shardstore figure for layout 2 (the
+default ``--granularity columns``) and layout 1 (``--granularity step``), each dataset's size
+against the source's, and (``--s3-items``, default 100) random steps, windows and episodes of both
+over the local S3 server with 10 ms added each way (``episode_s3.py``: ms and GET requests per item).
+
 Example: /work/main/.venv/bin/python tools/bench/episodes.py --episodes 100 --steps 50 --samples 2000
 
 ``--episode-wds`` measures the episode-frame WebDataset layout instead (``run_episode_wds``):
@@ -45,6 +50,12 @@ import numpy as np  # noqa: E402
 SEED = 20240601
 FIELDS = ["observations/image", "observations/vector", "actions", "rewards", "terminations", "truncations"]
 TARGETS = {"step": 5.0, "window": 3.0, "episode": 2.0}
+S3_DELAY_MS = 10.0
+
+
+def du(path: Path) -> int:
+    """Bytes of every file under ``path``: the whole dataset, index files included."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def make_source(root: Path, episodes: int, steps: int, image: tuple[int, ...]) -> str:
@@ -90,24 +101,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dataset_id = make_source(data / "minari", args.episodes, args.steps, tuple(args.image))
     log(f"source {dataset_id} ready in {time.perf_counter() - t0:.1f} s")
     src_dir = data / "minari" / dataset_id
-    store = data / "store" / dataset_id.replace("/", "_")
-    shutil.rmtree(store, ignore_errors=True)
-    c0, w0 = time.process_time(), time.perf_counter()
-    report = import_minari(dataset_id, store, force=True)
-    imp = {"steps": report.steps, "wall_s": time.perf_counter() - w0, "cpu_s_parent": time.process_time() - c0,
-           "bytes": report.bytes, "source_bytes": sum(p.stat().st_size for p in src_dir.rglob("*") if p.is_file())}
-    imp["steps_per_s"] = report.steps / imp["wall_s"]
-    log(f"import: {report.steps} steps in {imp['wall_s']:.1f} s = {imp['steps_per_s']:,.0f} steps/s; "
-        f"{report.bytes / 1e6:.0f} MB of shards from {imp['source_bytes'] / 1e6:.0f} MB of HDF5")
-    per_episode = data / "store" / (dataset_id.replace("/", "_") + "-per-episode")
-    shutil.rmtree(per_episode, ignore_errors=True)
-    w0 = time.perf_counter()
-    import_minari(dataset_id, per_episode, force=True, granularity="episode")
-    imp["per_episode_steps_per_s"] = report.steps / (time.perf_counter() - w0)
-    warm([store, per_episode, src_dir])
+    name = dataset_id.replace("/", "-").lower()  # also an S3 bucket's name (--s3)
+    source_bytes = sum(p.stat().st_size for p in src_dir.rglob("*") if p.is_file())
+    stores = {"columns": data / "store" / name, "step": data / "store" / f"{name}-layout1",
+              "episode": data / "store" / f"{name}-per-episode"}
+    imports: dict[str, Any] = {}
+    for _ in range(min(args.repeat, 2)):  # interleaved, the best kept: the machine's load hits each alike
+        for granularity, store in stores.items():  # layout 2 (the default), layout 1 per step and per episode
+            shutil.rmtree(store, ignore_errors=True)
+            c0, w0 = time.process_time(), time.perf_counter()
+            report = import_minari(dataset_id, store, force=True, granularity=granularity)
+            wall = time.perf_counter() - w0
+            if granularity in imports and imports[granularity]["wall_s"] <= wall:
+                continue
+            imports[granularity] = {"steps": report.steps, "wall_s": wall, "cpu_s_parent": time.process_time() - c0,
+                                    "steps_per_s": report.steps / wall, "bytes": report.bytes,
+                                    "dataset_bytes": du(store), "source_bytes": source_bytes}
+    for granularity, i in imports.items():
+        log(f"import --granularity {granularity:8}: {i['steps']} steps in {i['wall_s']:.1f} s = "
+            f"{i['steps_per_s']:,.0f} steps/s; {i['dataset_bytes'] / 1e6:.1f} MB dataset "
+            f"({i['dataset_bytes'] / source_bytes:.2f}x the {source_bytes / 1e6:.1f} MB of HDF5)")
+    imp = imports["columns"]
+    warm([*stores.values(), src_dir])
 
-    view = shardstore.episodes(str(store))
-    view_ep = shardstore.episodes(str(per_episode))
+    view = shardstore.episodes(str(stores["columns"]))
+    view_v1 = shardstore.episodes(str(stores["step"]))
+    view_ep = shardstore.episodes(str(stores["episode"]))
     mds = minari.load_dataset(dataset_id)
     f = h5py.File(src_dir / "data" / "main_data.hdf5", "r")
     names = {"observations/image": "observations.image", "observations/vector": "observations.vector"}
@@ -128,16 +147,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return {k: g[k][t : t + 16] for k in FIELDS}
 
     for e, t in pairs[:200]:  # same arrays before timing
-        ours, theirs = view.step(e, t), h5_step(e, t)
-        for k in FIELDS:
-            assert np.asarray(ours[names.get(k, k)]).tobytes() == np.asarray(theirs[k]).tobytes(), (k, e, t)
+        for v in (view, view_v1):
+            ours, theirs = v.step(e, t), h5_step(e, t)
+            for k in FIELDS:
+                assert np.asarray(ours[names.get(k, k)]).tobytes() == np.asarray(theirs[k]).tobytes(), (k, e, t)
     for e, t in wins[:100]:
-        ours, theirs = view.window(e, t, after=15), h5_window(e, t)
-        for k in FIELDS:
-            assert ours[names.get(k, k)][: len(theirs[k])].tobytes() == theirs[k].tobytes(), (k, e, t)
+        for v in (view, view_v1):
+            ours, theirs = v.window(e, t, after=15), h5_window(e, t)
+            for k in FIELDS:
+                assert ours[names.get(k, k)][: len(theirs[k])].tobytes() == theirs[k].tobytes(), (k, e, t)
     for e in eps[:10]:
         theirs_ep = mds[number[e]]
-        for ours_ep in (view[e], view_ep[e]):
+        for ours_ep in (view[e], view_v1[e], view_ep[e]):
             assert ours_ep.steps["observations.image"].tobytes() == theirs_ep.observations["image"].tobytes()
             assert ours_ep.steps["actions"].tobytes() == theirs_ep.actions.tobytes()
     log("readers agree")
@@ -158,10 +179,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     loops = {
         ("step", "shardstore"): loop(view.step, pairs),
+        ("step", "shardstore_layout1"): loop(view_v1.step, pairs),
         ("step", "h5py"): loop(h5_step, pairs),
         ("window", "shardstore"): loop(lambda e, t: view.window(e, t, after=15), wins),
+        ("window", "shardstore_layout1"): loop(lambda e, t: view_v1.window(e, t, after=15), wins),
         ("window", "h5py"): loop(h5_window, wins),
         ("episode", "shardstore"): loop(view.__getitem__, eps),
+        ("episode", "shardstore_layout1"): loop(view_v1.__getitem__, eps),
         ("episode", "shardstore_per_episode"): loop(view_ep.__getitem__, eps),
         ("episode", "minari"): minari_batches,
         ("episode", "minari_getitem"): loop(lambda e: mds[number[e]], eps),
@@ -174,8 +198,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if old is None or r["wall_s"] < old["wall_s"]:
                 results[figure][who] = r | {"cpu_s": min(r["cpu_s"], old["cpu_s"]) if old else r["cpu_s"]}
     f.close()
-    summary: dict[str, Any] = {"import": imp, "figures": results, "ratios": {}, "args": vars(args),
-                               "load": os.getloadavg(), "dataset": dataset_id}
+    summary: dict[str, Any] = {"import": imp, "imports": imports, "figures": results, "ratios": {},
+                               "args": vars(args), "load": os.getloadavg(), "dataset": dataset_id}
     peers = {"step": "h5py", "window": "h5py", "episode": "minari"}
     for figure, peer in peers.items():
         ours, theirs = results[figure]["shardstore"], results[figure][peer]
@@ -187,7 +211,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for who in ("shardstore_per_episode", "minari_getitem"):
         g = results["episode"][who]
         log(f"episode  {who} {g['us_per_item']:8.1f} us")
+    log("layout 2 (columns, the default) against layout 1 (a member per field and step), local:")
+    for figure in ("step", "window", "episode"):
+        new, old = results[figure]["shardstore"], results[figure]["shardstore_layout1"]
+        log(f"  {figure:8} layout 2 {new['us_per_item']:8.1f} us  layout 1 {old['us_per_item']:8.1f} us  "
+            f"-> {old['us_per_item'] / new['us_per_item']:5.2f}x")
+    log(f"  import   layout 2 {imports['columns']['steps_per_s']:8,.0f} steps/s  layout 1 "
+        f"{imports['step']['steps_per_s']:8,.0f} steps/s; size {imports['columns']['dataset_bytes'] / 1e6:.1f} MB "
+        f"against {imports['step']['dataset_bytes'] / 1e6:.1f} MB")
+    if args.s3_items:
+        summary["s3"] = s3_figures({k: stores[k] for k in ("columns", "step")}, pairs, wins, eps, args.s3_items)
     return summary
+
+
+def s3_figures(stores: dict[str, Path], pairs: list[tuple[int, int]], wins: list[tuple[int, int]], eps: list[int],
+               count: int) -> Any:
+    """The first ``count`` random steps, windows and episodes of each layout over S3 (``episode_s3``)."""
+    from episode_s3 import print_s3, s3_reads
+
+    reads = {
+        "step": lambda v: lambda: sum(1 for e, t in pairs[:count] if v.step(e, t)),
+        "window": lambda v: lambda: sum(1 for e, t in wins[:count] if v.window(e, t, after=15)),
+        "episode": lambda v: lambda: sum(1 for e in eps[: count // 4] if v[e] is not None),
+    }
+    figures = s3_reads(stores, reads, S3_DELAY_MS)
+    print_s3(figures, S3_DELAY_MS)
+    return figures
 
 
 # ----- the episode-frame WebDataset layout (issue 14): --episode-wds ------------------------------------
@@ -226,28 +275,49 @@ def run_episode_wds(args: argparse.Namespace) -> dict[str, Any]:
         tmp = shard.with_name(".partial.tar.zst")
         write_shard(tmp, {"benchmark_name": "bench"}, rollouts(np.random.default_rng(SEED), [args.steps] * args.episodes, obs))
         os.replace(tmp, shard)
-    out = data / "episode-wds-store"
-    runs = []
-    for _ in range(args.repeat):
-        shutil.rmtree(out, ignore_errors=True)
-        c0, w0 = cpu(), time.perf_counter()
-        report = import_episode_wds(folder, out, num_workers=1).datasets[0]
-        runs.append((time.perf_counter() - w0, cpu() - c0))
-    wall, cpu_s = min(runs)
-    imp = {"steps": report.steps, "wall_s": wall, "cpu_s": cpu_s, "steps_per_s": report.steps / wall,
-           "steps_per_cpu_s": report.steps / cpu_s, "store_bytes": report.bytes, "source_bytes": shard.stat().st_size}
+    outs = {"columns": data / "episode-wds-store", "step": data / "episode-wds-store-layout1"}
+    layouts: dict[str, Any] = {}
+    for granularity, out in outs.items():  # layout 2 (the default), then layout 1
+        runs = []
+        for _ in range(args.repeat):
+            shutil.rmtree(out, ignore_errors=True)
+            c0, w0 = cpu(), time.perf_counter()
+            report = import_episode_wds(folder, out, num_workers=1, granularity=granularity).datasets[0]
+            runs.append((time.perf_counter() - w0, cpu() - c0))
+        wall, cpu_s = min(runs)
+        layouts[granularity] = {"import": {
+            "steps": report.steps, "wall_s": wall, "cpu_s": cpu_s, "steps_per_s": report.steps / wall,
+            "steps_per_cpu_s": report.steps / cpu_s, "store_bytes": report.bytes, "dataset_bytes": du(out),
+            "source_bytes": shard.stat().st_size}}
+    imp = layouts["columns"]["import"]
 
-    view = shardstore.episodes(out)
     rng = random.Random(SEED)
+    view = shardstore.episodes(outs["columns"])
     pairs = [(rng.randrange(len(view)), rng.randrange(args.steps)) for _ in range(args.samples)]
-    for e, t in pairs[:50]:
-        view.step(e, t)
-    times = []
-    for e, t in pairs:
+    wins = [(rng.randrange(len(view)), rng.randrange(args.steps)) for _ in range(args.samples)]
+    eps = [rng.randrange(len(view)) for _ in range(max(1, args.samples // 20))]
+    for granularity, out in outs.items():
+        v = shardstore.episodes(out)
+        for e, t in pairs[:50]:
+            v.step(e, t)
+        times = []
+        for e, t in pairs:
+            w0 = time.perf_counter()
+            v.step(e, t)
+            times.append(time.perf_counter() - w0)
         w0 = time.perf_counter()
-        view.step(e, t)
-        times.append(time.perf_counter() - w0)
-    rand = {"accesses": len(pairs), "median_us": 1e6 * statistics.median(times), "mean_us": 1e6 * statistics.fmean(times)}
+        for e, t in wins:
+            v.window(e, t, after=15)
+        window_us = 1e6 * (time.perf_counter() - w0) / len(wins)
+        w0 = time.perf_counter()
+        for e in eps:
+            v[e]
+        episode_us = 1e6 * (time.perf_counter() - w0) / len(eps)
+        layouts[granularity]["random_step"] = {"accesses": len(pairs), "median_us": 1e6 * statistics.median(times),
+                                               "mean_us": 1e6 * statistics.fmean(times)}
+        layouts[granularity]["window16_us"] = window_us
+        layouts[granularity]["episode_us"] = episode_us
+    rand = layouts["columns"]["random_step"]
 
     targets = [rng.randrange(len(view) * args.steps) for _ in range(args.seq_accesses)]
     seq_times = []
@@ -261,9 +331,17 @@ def run_episode_wds(args: argparse.Namespace) -> dict[str, Any]:
         assert all(step[k.removesuffix(".pickle")] == v for k, v in sample.items() if not k.startswith("__")), target
     seq = {"accesses": len(targets), "mean_target_step": statistics.fmean(targets),
            "mean_s": statistics.fmean(seq_times), "median_s": statistics.median(seq_times)}
-    summary = {"import": imp, "random_step": rand, "sequential_webdataset": seq,
+    summary = {"import": imp, "random_step": rand, "sequential_webdataset": seq, "layouts": layouts,
                "ratio_of_means": seq["mean_s"] / (rand["mean_us"] / 1e6), "load": os.getloadavg(), "args": vars(args)}
+    if args.s3_items:
+        summary["s3"] = s3_figures(outs, pairs, wins, eps, args.s3_items)
     print(json.dumps(summary, indent=2, default=float), file=sys.stderr)
+    for granularity, fig in layouts.items():
+        i = fig["import"]
+        print(f"layout {2 if granularity == 'columns' else 1} ({granularity}): import {i['steps_per_s']:,.0f} steps/s, "
+              f"{i['dataset_bytes'] / 1e6:.1f} MB ({i['dataset_bytes'] / i['source_bytes']:.2f}x the shard); "
+              f"step {fig['random_step']['mean_us']:.1f} us, window {fig['window16_us']:.1f} us, "
+              f"episode {fig['episode_us']:.1f} us", file=sys.stderr)
     return summary
 
 
@@ -279,6 +357,8 @@ def main() -> None:
     p.add_argument("--json", default=None, help="Write the figures as JSON here.")
     p.add_argument("--episode-wds", action="store_true",
                    help="The episode-frame WebDataset layout's figures instead (run_episode_wds).")
+    p.add_argument("--s3-items", type=int, default=100,
+                   help="Random steps and windows (a quarter as many episodes) per layout over S3; 0: none.")
     p.add_argument("--seq-accesses", type=int, default=10, help="--episode-wds: steps reached through webdataset.")
     args = p.parse_args()
     summary = run_episode_wds(args) if args.episode_wds else run(args)

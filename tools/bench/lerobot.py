@@ -3,11 +3,12 @@
 The data: a LeRobot v2.1 dataset written by tools/make_lerobot.py (``--episodes`` x ``--frames``,
 ``observation.state`` and ``action`` vectors, one ``--size``-square camera in AV1 (libsvtav1, as
 LeRobot's recorder) and one in H.264 (libx264), keyframe every ``--gop`` frames: the recorder's
-default is 2). It is imported three times: as is (mp4s whole in the video store), the same with
-``--granularity episode`` (one sample per episode: far smaller), and with ``--frames jpg``; a
+default is 2). It is imported as is (mp4s whole in the video store) and with ``--frames jpg``; a
 dataset of the first ``--npy-episodes`` episodes (the same frames: the generator is deterministic)
 is imported with ``--frames npy`` (raw uint8 frames, 150 KB each at 224x224: the whole data set
-would not stay in the page cache).
+would not stay in the page cache). Each import is made in both store layouts (``IMPORTS``): layout
+2, the default ``--granularity columns``, and layout 1, ``--granularity step``; every shardstore
+figure below is printed for both, with each import's size against the source's.
 
 Figures, each per second, warm page cache (every file read once before timing), one process,
 fixed seed, best of ``--repeat`` runs interleaved so that machine load hits every reader alike:
@@ -27,8 +28,11 @@ fixed seed, best of ``--repeat`` runs interleaved so that machine load hits ever
   readers: the peer reads the rows and decodes each camera once from the keyframe before the first
   frame through the last (one seek per camera, as LeRobot's decoder does for a set of timestamps);
   the floor decodes from the keyframe before the first frame through the last.
+- **episode**: a whole random episode (its rows and frame references, no frames decoded).
 - **import**: frames/s and MB/s of ``import_lerobot`` (as is, and ``--frames jpg``), against
   ``cp -r`` of the same source files.
+- **S3** (``--s3-items``): random ``--frames jpg`` items, windows and episodes of both layouts over
+  the local S3 server with 10 ms added each way (``episode_s3.py``), ms and GET requests per item.
 
 Targets (DESIGN.md section 9): random frame >= 3x the peer, windows >= 5x, ``--frames`` >= 20x.
 Printed per reader: items per wall second and per CPU second of the process, each against the
@@ -63,6 +67,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import av  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from av.video.reformatter import VideoReformatter  # noqa: E402
+from episode_s3 import print_s3, s3_reads  # noqa: E402
 from make_lerobot import make_lerobot  # noqa: E402
 from PIL import Image  # noqa: E402
 
@@ -220,6 +225,16 @@ def timed(fn: Callable[[int, int], Any], items: list[tuple[int, int]]) -> tuple[
     return time.perf_counter() - t0, time.process_time() - c0
 
 
+#: The imports timed and read: (name, --frames, --granularity, source: "all" or the npy subset).
+#: Layout 2 is the default ``--granularity columns``; each has its layout 1 twin (``step``).
+IMPORTS = (
+    ("video", None, "columns", "all"), ("video-layout1", None, "step", "all"),
+    ("jpg", "jpg", "columns", "all"), ("jpg-layout1", "jpg", "step", "all"),
+    ("npy", "npy", "columns", "npy"), ("npy-layout1", "npy", "step", "npy"),
+)
+S3_DELAY_MS = 10.0
+
+
 def race(
     readers: dict[str, Callable[[int, int], Any]], draw: Callable[[], list[tuple[int, int]]], repeat: int
 ) -> dict[str, Any]:
@@ -284,6 +299,8 @@ def main() -> None:
         "--data", default=None, help="folder for the source and imports (kept; reused if present)"
     )
     ap.add_argument("--json", default=None)
+    ap.add_argument("--s3-items", type=int, default=60,
+                    help="random --frames jpg items and windows (a quarter as many episodes) per layout over S3; 0: none")
     ap.add_argument(
         "--reuse-imports", action="store_true", help="keep imports already in --data (no import figures)"
     )
@@ -321,12 +338,8 @@ def main() -> None:
     cp_s = time.perf_counter() - t0
     shutil.rmtree(cp)
     imports = {}
-    for mode, frames, granularity, source in (
-        ("video", None, "step", src),
-        ("video-episode", None, "episode", src),
-        ("jpg", "jpg", "step", src),
-        ("npy", "npy", "step", src_npy),
-    ):
+    for mode, frames, granularity, which in IMPORTS:
+        source = src if which == "all" else src_npy
         out = work / f"ds-{mode}"
         if a.reuse_imports and (out / ".nv-meta").is_dir():
             continue
@@ -350,8 +363,8 @@ def main() -> None:
     floor = Floor(peer, a.episodes)
     view = shardstore.episodes(str(work / "ds-video"))
     jview = shardstore.episodes(str(work / "ds-jpg"))
-    eview = shardstore.episodes(str(work / "ds-video-episode"))
     nview = shardstore.episodes(str(work / "ds-npy"))
+    v1 = {mode: shardstore.episodes(str(work / f"ds-{mode}")) for mode in ("video-layout1", "jpg-layout1", "npy-layout1")}
     rng = random.Random(SEED)
 
     def items() -> list[tuple[int, int]]:
@@ -360,17 +373,21 @@ def main() -> None:
     def wins() -> list[tuple[int, int]]:
         return [(rng.randrange(a.episodes), rng.randrange(WINDOW - 1, a.frames)) for _ in range(a.windows)]
 
-    warm(src, src_npy, *(work / f"ds-{mode}" for mode in ("video", "video-episode", "jpg", "npy")))
-    verify(peer, view, items(), floor)
-    verify(Peer(src_npy, a.fps), nview, [(e % n_npy, t) for e, t in items()])
+    warm(src, src_npy, *(work / f"ds-{mode}" for mode, *_ in IMPORTS))
+    for v in (view, v1["video-layout1"]):
+        verify(peer, v, items(), floor)
+    for v in (nview, v1["npy-layout1"]):
+        verify(Peer(src_npy, a.fps), v, [(e % n_npy, t) for e, t in items()])
     results["random_frame"] = race(
         {
             "peer": peer.item,
             "decode floor": floor.item,
             "shardstore": view.step,
-            "shardstore --granularity episode": eview.step,
+            "shardstore layout 1": v1["video-layout1"].step,
             "shardstore --frames jpg": lambda e, t: jpg_item(jview, e, t),
+            "shardstore --frames jpg, layout 1": lambda e, t: jpg_item(v1["jpg-layout1"], e, t),
             "shardstore --frames npy": lambda e, t: nview.step(e % n_npy, t),
+            "shardstore --frames npy, layout 1": lambda e, t: v1["npy-layout1"].step(e % n_npy, t),
         },
         items,
         a.repeat,
@@ -380,13 +397,28 @@ def main() -> None:
             "peer": peer.window,
             "decode floor": floor.window,
             "shardstore": lambda e, t: view.window(e, t, WINDOW - 1, 0),
-            "shardstore --granularity episode": lambda e, t: eview.window(e, t, WINDOW - 1, 0),
+            "shardstore layout 1": lambda e, t: v1["video-layout1"].window(e, t, WINDOW - 1, 0),
             "shardstore --frames jpg": lambda e, t: jpg_window(jview, e, t),
+            "shardstore --frames jpg, layout 1": lambda e, t: jpg_window(v1["jpg-layout1"], e, t),
             "shardstore --frames npy": lambda e, t: nview.window(e % n_npy, t, WINDOW - 1, 0),
+            "shardstore --frames npy, layout 1": lambda e, t: v1["npy-layout1"].window(e % n_npy, t, WINDOW - 1, 0),
         },
         wins,
         a.repeat,
     )
+    results["episode"] = race(
+        {"shardstore": lambda e, t: view[e], "shardstore layout 1": lambda e, t: v1["video-layout1"][e]},
+        lambda: [(rng.randrange(a.episodes), 0) for _ in range(a.windows)],
+        a.repeat,
+    )
+    if a.s3_items:
+        picks, spans, whole = items()[: a.s3_items], wins()[: a.s3_items], [e for e, _ in items()[: a.s3_items // 4]]
+        reads = {
+            "step": lambda v: lambda: sum(1 for e, t in picks if jpg_item(v, e, t) is not None),
+            "window": lambda v: lambda: sum(1 for e, t in spans if jpg_window(v, e, t) is not None),
+            "episode": lambda v: lambda: sum(1 for e in whole if v[e] is not None),
+        }
+        results["s3"] = s3_reads({m: work / f"ds-{m}" for m in ("jpg", "jpg-layout1")}, reads, S3_DELAY_MS)
     results["load"] = os.getloadavg()[0]
     report(results)
     if a.json:
@@ -400,7 +432,11 @@ def report(r: dict[str, Any]) -> None:
         f"\nLeRobot v2.1, {r['episodes']} episodes x {r['frames']} frames, {r['size']}x{r['size']} AV1 + H.264, "
         f"GOP {r['gop']}; source {r['source_mb']:.1f} MB; {r['open_videos']} open videos kept per reader"
     )
-    for fig in ("random_frame", "window16"):
+    for fig in ("random_frame", "window16", "episode"):
+        if fig == "episode":
+            new, old = r[fig]["shardstore"]["per_s"], r[fig]["shardstore layout 1"]["per_s"]
+            print(f"episode (rows and frame references, no frames): layout 2 {new:8.1f} /s, layout 1 {old:8.1f} /s")
+            continue
         peer, peer_cpu = r[fig]["peer"]["per_s"], r[fig]["peer"]["cpu_per_s"]
         print(f"{fig}:  (wall /s, x peer | CPU /s, x peer)")
         for name, v in r[fig].items():
@@ -415,7 +451,7 @@ def report(r: dict[str, Any]) -> None:
         )
     imp = r["import"]
     print("import:")
-    for name in ("video", "video-episode", "jpg", "npy"):
+    for name, *_ in IMPORTS:
         if name not in imp:
             continue
         v = imp[name]
@@ -424,6 +460,10 @@ def report(r: dict[str, Any]) -> None:
             f"size {v['size_mb']:.1f} MB ({v['episodes']} episodes)"
         )
     print(f"  cp -r         {imp['cp']['seconds']:7.1f} s  {imp['cp']['mb_per_s']:7.1f} MB/s")
+    if "video" in imp:
+        print(f"  layout 2 (video) is {imp['video']['size_mb'] / r['source_mb']:.2f}x the source's "
+              f"{r['source_mb']:.1f} MB; layout 1 {imp['video-layout1']['size_mb'] / r['source_mb']:.2f}x")
+    print_s3(r.get("s3"), S3_DELAY_MS)
     print(f"machine load (1 min) at the end: {r['load']:.1f} on {os.cpu_count()} cores")
 
 

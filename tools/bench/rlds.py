@@ -249,7 +249,17 @@ def main() -> None:
         imp_wall, imp_cpu = time.perf_counter() - t0, time.process_time() - c0
         steps_total = rep.steps
         log(f"import: {rep.episodes} episodes, {steps_total} steps, {src_bytes / 1e6:.0f} MB in {imp_wall:.1f} s")
+        ds1 = os.path.join(work, "ds-layout1")  # layout 1 (a member per field and step), for its size and reads
+        shutil.rmtree(ds1, ignore_errors=True)
+        t0 = time.perf_counter()
+        import_rlds(src, ds1, granularity="step")
+        imp1_wall = time.perf_counter() - t0
+        sizes = {name: sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(path) for n in names)
+                 for name, path in (("layout2", ds), ("layout1", ds1))}
+        log(f"dataset size: layout 2 {sizes['layout2'] / src_bytes:.2f}x the TFRecords, layout 1 "
+            f"{sizes['layout1'] / src_bytes:.2f}x; layout 1 import {imp1_wall:.1f} s")
         view = shardstore.episodes(ds)
+        view1 = shardstore.episodes(ds1)
         peer = IndexedTFRecord(src)
         variants = {"pread": IndexedTFRecord(src, read="pread")}
         for folder in (src, ds):  # warm the page cache for both
@@ -271,7 +281,9 @@ def main() -> None:
             "data": {"episodes": args.episodes, "steps": args.steps, "image": f"{args.size}x{args.size}x3 jpeg",
                      "source_mb": round(src_bytes / 1e6, 1), "reads": args.reads},
             "import": {"wall_s": round(imp_wall, 2), "cpu_s": round(imp_cpu, 2),
-                       "steps_per_s": round(steps_total / imp_wall), "mb_per_s": round(src_bytes / 1e6 / imp_wall, 1)},
+                       "steps_per_s": round(steps_total / imp_wall), "mb_per_s": round(src_bytes / 1e6 / imp_wall, 1),
+                       "layout1_wall_s": round(imp1_wall, 2),
+                       "size_x_source": {k: round(v / src_bytes, 3) for k, v in sizes.items()}},
         }
         results["machine"]["protobuf_backend"] = peer.backend
         results["machine"]["jpeg_decoder"] = "simplejpeg" if _decoder_is_simplejpeg() else "pillow"
@@ -279,6 +291,7 @@ def main() -> None:
         loops: dict[str, tuple[Callable[[int, int, bool], Any], bool]] = {
             "shardstore_decoded": (mine, True), "peer_decoded": (peer.step, True),
             "shardstore_raw": (mine, False), "peer_raw": (peer.step, False),
+            "shardstore_layout1_raw": (ours(view1), False),
             "peer_parse_only": (peer.parse, False), "decode_only": (decode_only(images, decode_jpeg), True),
             "pillow_decode_only": (decode_only(images, pillow_jpeg), True),
             **{f"variant_{k}": (v.step, False) for k, v in variants.items()},
@@ -305,6 +318,7 @@ def main() -> None:
                     "peer_parse": round(us["peer_parse_only"][i], 1),
                     "peer_take_step": round(us["peer_raw"][i] - us["peer_parse_only"][i], 1),
                     "shardstore_read_and_parts": round(us["shardstore_raw"][i], 1),
+                    "shardstore_layout1_read_and_parts": round(us["shardstore_layout1_raw"][i], 1),
                     "decoded_ratio_cap": round((us["peer_raw"][i] + us["decode_only"][i]) / us["decode_only"][i], 2),
                     "decoded_ratio_cap_pillow": round((us["peer_raw"][i] + us["pillow_decode_only"][i]) / us["pillow_decode_only"][i], 2)}
             for i, clock in enumerate(("wall", "cpu"))

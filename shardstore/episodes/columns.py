@@ -1,0 +1,313 @@
+"""The columns layout (layout 2): one sample per episode whose small fields cost their own bytes.
+
+Why: the step layout (layout 1, ``layout.py``) gives every small field of every step a tar member
+of its own, 512 bytes of header and up to 511 of padding for a few floats: 149 MB for a 9 MB
+LeRobot dataset. Here an episode ``e{episode:08d}`` is one sample of these members, in this order:
+
+- ``steps.npy``: one record per row (``steps`` rows, or ``steps + 1`` when the schema has
+  ``steps+1`` fields), a structured dtype (``row_dtype``) with a column per array field (its dtype
+  and per-step shape), three per video field (``<name>/file``: its index in the schema's
+  ``attrs["video_files"]``, ``<name>/timestamp`` float64 seconds, ``<name>/frame`` int64), two
+  per media or text field (``<name>/offset``, ``<name>/size``: where its value lies in
+  ``blobs.bin``) and the flags ``is_first``, ``is_last``, ``is_terminal`` (bool). Records are
+  packed (no alignment padding); a ``steps`` field's value in the final ``steps+1`` row is zeros.
+  ``np.load`` reads it (Energon decodes it as any ``.npy``).
+- ``blobs.bin`` (only when the schema has media or text fields): row after row, the row's record
+  (a copy of its ``steps.npy`` record) then its values in schema order, concatenated: media their
+  encoded bytes, text UTF-8. A value (of 64 bytes or more) equal to one the row before wrote is not
+  written again: its offset points there (a next observation is the following step's observation).
+  So a step or a window of a dataset with media is one read of its span of ``blobs.bin``, from the
+  row before when it shares a value, wherever it lies in a large episode (the episode index has each
+  row's start and the first byte it reads: ``encode_columns``'s second value); the copies cost a
+  record per row (about 1% beside an image).
+- ``<name>.json`` per video field: the rows' frame references by file name
+  (``video.refs_to_bytes``, as layout 1's episode samples), for Energon, whose metadataset reaches
+  the video store as an ``aux`` source by these names; the view reads the columns instead.
+
+So row ``t`` of ``steps.npy`` lies at a fixed offset from the sample's first byte (known from the
+``.tar.idx``): ``512 + len(npy header) + t * itemsize``, and a step or a window of rows is one read
+of its records; with media or text fields, one read of its span of ``blobs.bin`` instead; a whole
+episode is one read. ``ColumnLayout`` holds these offsets for a schema; the writer's
+``encode.encode_episode`` calls ``encode_columns``, the view ``ColumnLayout``'s readers.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import DecodeError, EpisodeFormatError
+from .model import FLAG_FIELDS, FieldSpec, Schema, StepValues
+from .npy import npy_header, parse_header
+from .video import VideoRef, refs_to_bytes
+
+__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnLayout", "encode_columns", "row_dtype"]
+
+STEPS_PART = "steps.npy"
+BLOBS_PART = "blobs.bin"
+_BLOCK = 512
+#: Values this long or longer that equal one the row before wrote are stored once (shorter ones cost
+#: less than the read of the row before that sharing would add to a step).
+_SHARED_MIN = 64
+
+
+def _padded(size: int) -> int:
+    return size + (-size % _BLOCK)
+
+
+def row_dtype(schema: Schema) -> np.dtype:
+    """The record of one row of ``steps.npy`` for ``schema`` (see the module docstring). Field
+    names cannot hold ``/``, so the ``name/column`` columns never clash with an array field."""
+    cols: list[tuple[Any, ...]] = []
+    for f in schema.fields:
+        if f.kind == "array":
+            cols.append((f.name, np.dtype(f.dtype), f.shape))
+        elif f.kind == "video":
+            cols += [(f"{f.name}/file", "<u4"), (f"{f.name}/timestamp", "<f8"), (f"{f.name}/frame", "<i8")]
+        else:
+            cols += [(f"{f.name}/offset", "<u8"), (f"{f.name}/size", "<u8")]
+    cols += [(name, "?") for name in FLAG_FIELDS]
+    try:
+        dtype = np.dtype(cols)
+    except (TypeError, ValueError) as e:
+        raise EpisodeFormatError(f"the schema's fields make no record type: {e}") from e
+    if dtype.hasobject:
+        raise EpisodeFormatError("a field's dtype holds Python objects; only plain arrays are stored")
+    return dtype
+
+
+def _video_files(schema: Schema) -> dict[str, int]:
+    return {str(name): i for i, name in enumerate(schema.attrs.get("video_files") or [])}
+
+
+def encode_columns(
+    schema: Schema, steps: Mapping[str, StepValues], n: int, extra: bool, terminal: bool, where: str
+) -> tuple[list[tuple[str, bytes]], bytes]:
+    """An episode's parts in the columns layout, in the order they are written (``steps.npy``
+    first, so the reader finds its rows without reading a header), and where each row's values
+    begin in ``blobs.bin`` (``rows + 1`` uint64), then where each row's values begin at the
+    lowest (``rows`` uint64: the row's start, or the start of the row before whose value it
+    shares), as bytes: the episode index keeps them; empty without media or text fields."""
+    rows = n + 1 if extra else n
+    dtype = row_dtype(schema)
+    rec = np.zeros(rows, dtype)
+    blobs: list[bytes] = []
+    offset = 0
+    variable = [f for f in schema.fields if f.kind in ("media", "text")]
+    files = _video_files(schema) if any(f.kind == "video" for f in schema.fields) else {}
+    for f in schema.fields:
+        v = steps[f.name]
+        if f.kind == "array":
+            rec[f.name][: len(v)] = v
+        elif f.kind == "video":
+            refs: list[VideoRef] = v  # type: ignore[assignment]
+            try:
+                rec[f"{f.name}/file"][: len(refs)] = [files[r.file] for r in refs]
+            except KeyError as e:
+                raise EpisodeFormatError(f"video file {e.args[0]!r} is not in the schema's video_files",
+                                         member=f"{where}, field {f.name!r}") from None
+            rec[f"{f.name}/timestamp"][: len(refs)] = [r.timestamp for r in refs]
+            rec[f"{f.name}/frame"][: len(refs)] = [r.frame for r in refs]
+    starts = np.zeros(rows + 1, "<u8")
+    lows = np.zeros(rows, "<u8")
+    values: list[list[bytes]] = []
+    if variable:
+        offsets = {f.name: np.zeros(rows, np.uint64) for f in variable}
+        sizes = {f.name: np.zeros(rows, np.uint64) for f in variable}
+        previous: dict[bytes, int] = {}  # the values the row before wrote, by bytes: where they lie
+        for t in range(rows):
+            starts[t] = lows[t] = offset
+            offset += dtype.itemsize  # the row's record comes first
+            row: list[bytes] = []
+            written: dict[bytes, int] = {}
+            for f in variable:
+                v = steps[f.name]
+                if t >= len(v):
+                    offsets[f.name][t] = offset
+                    continue
+                item = v[t]
+                data = item.encode() if f.kind == "text" else bytes(item)  # type: ignore[union-attr,arg-type]
+                sizes[f.name][t] = len(data)
+                at = previous.get(data) if len(data) >= _SHARED_MIN else None
+                if at is not None:  # the row before wrote these bytes (a next observation, a repeated text)
+                    offsets[f.name][t] = at
+                    lows[t] = starts[t - 1]
+                    continue
+                row.append(data)
+                offsets[f.name][t] = written[data] = offset
+                offset += len(data)
+            values.append(row)
+            previous = written
+        starts[rows] = offset
+        for f in variable:
+            rec[f"{f.name}/offset"] = offsets[f.name]
+            rec[f"{f.name}/size"] = sizes[f.name]
+    rec["is_first"][0] = True
+    rec["is_last"][-1] = True
+    rec["is_terminal"][-1] = terminal
+    records = rec.tobytes()
+    parts = [(STEPS_PART, npy_header(dtype, (rows,)) + records)]
+    if variable:
+        size = dtype.itemsize
+        for t, row in enumerate(values):
+            blobs.append(records[t * size : (t + 1) * size])
+            blobs += row
+        parts.append((BLOBS_PART, b"".join(blobs)))
+    for f in schema.fields:  # the references by file name, for Energon's aux stores (not read here)
+        if f.kind == "video":
+            parts.append((f"{f.name}.json", refs_to_bytes(steps[f.name])))  # type: ignore[arg-type]
+    return parts, starts.tobytes() + lows.tobytes() if variable else b""
+
+
+@dataclass(frozen=True, slots=True)
+class _Column:
+    """Where one field's value lies in a record: its byte offset (of the first of its columns), and
+    for an array field the dtype and shape of its value and its size."""
+
+    field: FieldSpec
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    size: int
+
+
+#: A media or text field's columns (offset, size) and a video field's (file, timestamp, frame).
+_SPAN = struct.Struct("<QQ")
+_VIDEO = struct.Struct("<Idq")
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """Where an episode's rows and values lie in its sample, and how they decode, for one schema."""
+
+    schema: Schema
+    dtype: np.dtype
+    variable: tuple[FieldSpec, ...]
+    columns: tuple[_Column, ...]
+    _rows_at: dict[int, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, schema: Schema) -> ColumnLayout:
+        variable = tuple(f for f in schema.fields if f.kind in ("media", "text"))
+        dtype = row_dtype(schema)
+        columns = []
+        for f in schema.fields:
+            name = f.name if f.kind == "array" else f"{f.name}/file" if f.kind == "video" else f"{f.name}/offset"
+            sub, offset = dtype.fields[name][:2]  # type: ignore[index]
+            columns.append(_Column(f, offset, sub.base, sub.shape, sub.itemsize))
+        return cls(schema, dtype, variable, tuple(columns))
+
+    def rows_at(self, rows: int) -> int:
+        """Offset of ``steps.npy``'s first record from the sample's first byte."""
+        at = self._rows_at.get(rows)
+        if at is None:  # the header's length changes only with the digits of ``rows``: few entries
+            at = self._rows_at[rows] = _BLOCK + len(npy_header(self.dtype, (rows,)))
+        return at
+
+    def row(self, record: bytes | memoryview, blobs: bytes | memoryview, base: int, t: int, steps: int, videos: list[str],
+            where: str) -> dict[str, Any]:
+        """Every field's value in row ``t`` (``record``: its bytes; ``blobs``: ``blobs.bin`` from
+        its byte ``base``): what a step read returns, without numpy's per-call cost on one row
+        (``fields`` does many rows). A ``steps`` field has no value in the final ``steps+1`` row."""
+        out: dict[str, Any] = {}
+        limit = len(blobs)
+        for c in self.columns:
+            f = c.field
+            if t >= steps and f.rows == "steps":
+                continue
+            kind = f.kind
+            if kind == "media":  # the common kinds first: this runs for every field of every step read
+                start, size = _SPAN.unpack_from(record, c.offset)
+                start -= base
+                if start < 0 or start + size > limit:
+                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {limit} "
+                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
+                out[f.name] = bytes(blobs[start : start + size])
+            elif kind == "array":  # writable, one copy
+                out[f.name] = np.ndarray(c.shape, c.dtype, bytearray(record[c.offset : c.offset + c.size]))
+            elif kind == "video":
+                i, timestamp, frame = _VIDEO.unpack_from(record, c.offset)
+                if i >= len(videos):
+                    raise DecodeError("a frame reference names a video file the schema does not list",
+                                      member=f"{where}, field {f.name!r}")
+                out[f.name] = VideoRef(videos[i], timestamp, frame)
+            else:
+                start, size = _SPAN.unpack_from(record, c.offset)
+                start -= base
+                if start < 0 or start + size > len(blobs):
+                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {len(blobs)} "
+                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
+                value = bytes(blobs[start : start + size])
+                out[f.name] = _texts([value], f"{where}, field {f.name!r}")[0] if f.kind == "text" else value
+        return out
+
+    def blobs_at(self, rows: int) -> int:
+        """Offset of ``blobs.bin``'s first byte from the sample's first byte."""
+        return _padded(self.rows_at(rows) + rows * self.dtype.itemsize) + _BLOCK
+
+    def check_sample(self, data: bytes | memoryview, key: str, rows: int, where: str) -> None:
+        """That the first member of a read sample is ``steps.npy`` of ``rows`` records of this
+        layout's record type (a whole-episode read checks this; step reads trust the offsets)."""
+        name = bytes(data[:100]).rstrip(b"\0")
+        if name != f"{key}.{STEPS_PART}".encode():
+            raise DecodeError(f"the episode's first member is {name[:120]!r}, not {key}.{STEPS_PART}", member=where)
+        _, (dtype, shape, start) = parse_header(memoryview(data)[_BLOCK : _BLOCK + 65536 + 12], where)
+        if dtype != self.dtype or shape != (rows,) or _BLOCK + start != self.rows_at(rows):
+            raise DecodeError(f"steps.npy holds {shape} of {dtype}, the schema says ({rows},) of {self.dtype}", member=where)
+
+    def records(self, data: bytes | bytearray | memoryview, count: int, where: str, offset: int = 0) -> np.ndarray:
+        """``count`` records from ``data`` at ``offset`` (``DecodeError`` when it is too short)."""
+        if len(data) - offset < count * self.dtype.itemsize:
+            raise DecodeError(f"{len(data) - offset} bytes where {count} rows need {count * self.dtype.itemsize}", member=where)
+        return np.frombuffer(data, self.dtype, count, offset)
+
+    def blob_span(self, rec: np.ndarray, limit: int, where: str, base: int = 0) -> tuple[int, int]:
+        """``(start, end)`` in ``blobs.bin`` of the values of the rows ``rec``: one contiguous span
+        (values are row after row); checked to lie within ``base .. limit``."""
+        if not self.variable or len(rec) == 0:
+            return base, base
+        starts = [rec[f"{f.name}/offset"] for f in self.variable]
+        ends = [s + rec[f"{f.name}/size"] for s, f in zip(starts, self.variable, strict=True)]
+        lo, hi = int(min(int(s.min()) for s in starts)), int(max(int(e.max()) for e in ends))
+        if lo < base or hi > limit:
+            raise DecodeError(f"values at bytes {lo} to {hi} of blobs.bin, outside the {base} to {limit} "
+                              "its sample (and the episode index) hold", member=where)
+        return lo, hi
+
+    def fields(self, rec: np.ndarray, blobs: bytes | memoryview, base: int, first: int, steps: int,
+               videos: list[str], where: str) -> dict[str, Any]:
+        """Every field's values over the records ``rec`` (rows ``first ..`` of an episode of
+        ``steps`` steps): arrays stacked (own, writable memory), media bytes and text as lists,
+        video references as ``VideoRef`` lists. ``blobs`` holds ``blobs.bin`` from its byte
+        ``base``. A ``steps`` field leaves out the final ``steps+1`` row."""
+        out: dict[str, Any] = {}
+        m = len(rec)
+        for f in self.schema.fields:
+            k = min(m, max(0, steps - first)) if f.rows == "steps" else m
+            if f.kind == "array":
+                out[f.name] = np.array(rec[f.name][:k], copy=True, order="C")
+            elif f.kind == "video":
+                try:
+                    out[f.name] = [VideoRef(videos[i], float(ts), int(fr)) for i, ts, fr in zip(
+                        rec[f"{f.name}/file"][:k].tolist(), rec[f"{f.name}/timestamp"][:k].tolist(),
+                        rec[f"{f.name}/frame"][:k].tolist(), strict=True)]
+                except IndexError:
+                    raise DecodeError("a frame reference names a video file the schema does not list",
+                                      member=f"{where}, field {f.name!r}") from None
+            else:
+                offs = (rec[f"{f.name}/offset"][:k].astype(np.int64) - base).tolist()
+                sizes = rec[f"{f.name}/size"][:k].astype(np.int64).tolist()
+                values = [bytes(blobs[o : o + s]) for o, s in zip(offs, sizes, strict=True)]
+                out[f.name] = _texts(values, f"{where}, field {f.name!r}") if f.kind == "text" else values
+        return out
+
+
+def _texts(values: list[bytes], where: str) -> list[str]:
+    try:
+        return [v.decode() for v in values]
+    except UnicodeDecodeError as e:
+        raise DecodeError(f"text that is not UTF-8: {e}", member=where) from None
