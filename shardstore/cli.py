@@ -70,6 +70,15 @@ def _parse_storage_options(ctx: click.Context, param: click.Parameter, value: st
     return parsed
 
 
+def allow_pickle_option(fn: F) -> F:
+    """``--allow-pickle``: the user's decision to decode pickled steps (restricted unpickler)."""
+    return click.option(
+        "--allow-pickle", is_flag=True,
+        help="Decode pickled steps (an episode-frame source) into arrays, through the restricted unpickler "
+             "(numpy and builtins only).",
+    )(fn)
+
+
 def quiet_option(fn: F) -> F:
     """``-q/--quiet``: print nothing but errors (the exit code still tells the result)."""
     return click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")(fn)
@@ -906,12 +915,14 @@ def import_minari_command(src: str, out: str, writer: dict[str, Any], as_json: b
               help="0.5's data_format (default: the source's, else hdf5).")
 @click.option("--force", is_flag=True, help="Replace a Minari dataset already at OUT.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal).")
+@allow_pickle_option
 @storage_options_option
 @json_option
 @quiet_option
 @handle_errors
 def export_minari_command(dataset: str, out: str, minari_version: str | None, backend: str | None, force: bool,
-                          progress: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
+                          progress: bool, allow_pickle: bool, storage_options: dict[str, Any] | None, as_json: bool,
+                          quiet: bool) -> None:
     """Export every episode of DATASET as a Minari dataset folder OUT (OUT/data/...).
 
     Put OUT under MINARI_DATASETS_PATH as OUT's dataset id to load it with minari.load_dataset.
@@ -926,7 +937,7 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
 
     report = _sigterm_unwinds(export_minari)(
         dataset, out, storage_options=storage_options, version=minari_version, backend=backend, force=force,
-        progress=progress and not quiet and not as_json and sys.stderr.isatty(),
+        progress=progress and not quiet and not as_json and sys.stderr.isatty(), allow_pickle=allow_pickle,
     )
     echo_episode_report(report, "Exported", as_json, quiet)
 
@@ -1192,6 +1203,7 @@ def import_rlds_command(
 @click.option("--name", default=None, help="Dataset name in the shard file names (default: the source's).")
 @click.option("--force", is_flag=True, help="Replace an RLDS folder already at OUT.")
 @click.option("--progress/--no-progress", default=True, help="Progress bar on stderr (only on a terminal).")
+@allow_pickle_option
 @storage_options_option
 @quiet_option
 @json_option
@@ -1205,6 +1217,7 @@ def export_rlds_command(
     name: str | None,
     force: bool,
     progress: bool,
+    allow_pickle: bool,
     storage_options: dict[str, Any] | None,
     quiet: bool,
     as_json: bool,
@@ -1226,7 +1239,7 @@ def export_rlds_command(
     show = progress and not quiet and not as_json and sys.stderr.isatty()
     info = export_rlds(
         dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
-        force=force, progress=show, storage_options=storage_options,
+        force=force, progress=show, storage_options=storage_options, allow_pickle=allow_pickle,
     )
     if as_json:
         echo_json(info)

@@ -28,9 +28,11 @@ import yaml
 from ... import nvmeta
 from ...episodes import EpisodeWriter, WriteReport, episodes
 from ...episodes.index import SCHEMA_JSON
+from ...episodes.mapping import ConversionReport
 from ...episodes.model import Schema
 from ...errors import ConfigError, StorageError
 from ...storage import open_storage
+from .conventions import to_episode_wds
 from .layout import FORMAT, find_tasks, read_task, write_episode_wds
 
 __all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds", "source_summary"]
@@ -133,7 +135,7 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 def export_episode_wds(
     dataset: str | os.PathLike[str], out: str | os.PathLike[str], *, compress: bool | None = None,
-    force: bool = False, storage_options: dict[str, Any] | None = None,
+    force: bool = False, storage_options: dict[str, Any] | None = None, mapping: ConversionReport | None = None,
 ) -> list[str]:
     """Write a prepared episode dataset (every split) back as the episode-frame layout into the
     folder ``out``; return the shard names. See ``write_episode_wds``.
@@ -144,7 +146,11 @@ def export_episode_wds(
     view = episodes(dataset, storage_options=storage_options)
     stream = view.stream()
     stream.episodes = (view[e] for e in sorted(range(len(view)), key=view.number))
-    return write_episode_wds(stream, out, compress=compress, force=force)
+    mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
+    names = write_episode_wds(to_episode_wds(stream, mapping), out, compress=compress, force=force)
+    if mapping.source_format != FORMAT:
+        mapping.write(out)
+    return names
 
 
 

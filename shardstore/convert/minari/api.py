@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ...episodes.mapping import ConversionReport
 from ...episodes.metafiles import regular_path
 from ...episodes.model import Episode, EpisodeStream, Schema
 from ...episodes.names import safe_relpath
@@ -41,6 +42,7 @@ from ...errors import ConfigError, EpisodeFormatError
 from . import arrow as minari_arrow
 from . import hdf5 as minari_hdf5
 from . import spaces
+from .conventions import FORMAT, to_minari
 
 __all__ = [
     "VERSIONS",
@@ -462,10 +464,20 @@ def export_minari(
     out: str | os.PathLike[str],
     *,
     storage_options: dict[str, Any] | None = None,
+    allow_pickle: bool = False,
+    mapping: ConversionReport | None = None,
     **options: Any,
 ) -> ExportReport:
-    """``shardstore export minari``: every episode of ``dataset`` written by ``write_minari``."""
+    """``shardstore export minari``: every episode of ``dataset`` written by ``write_minari``; one
+    from another format shaped as Minari first (``conventions.to_minari``; ``allow_pickle`` lets it
+    decode pickled steps), its field mapping filled into ``mapping`` and written beside ``out``
+    (``OUT.report.json``, ``OUT.report.txt``)."""
     from ...episodes.view import episodes
 
     view = episodes(os.fspath(dataset), None, storage_options=storage_options)
-    return write_minari(view.stream(), out, **options)
+    stream = view.stream()
+    mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
+    report = write_minari(to_minari(stream, mapping, allow_pickle=allow_pickle), out, **options)
+    if mapping.source_format != FORMAT:
+        mapping.write(report.path)
+    return report

@@ -228,7 +228,7 @@ def _encode(node: Any, path: tuple[str, ...], episode: Episode, layout_spaces: M
     space = spaces.space_at(layout_spaces, path)
     if arr.ndim == 1 and not (isinstance(space, dict) and space.get("type") in ("Box", "MultiDiscrete", "MultiBinary")):
         return pa.array(np.pad(arr, (0, pad))), None
-    flat = np.pad(arr.reshape(len(arr), -1), ((0, pad), (0, 0)))
+    flat = np.pad(arr.reshape(len(arr), int(np.prod(arr.shape[1:]))), ((0, pad), (0, 0)))  # an empty episode too
     typ = pa.list_(pa.from_numpy_dtype(arr.dtype), list_size=flat.shape[1])
     out = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), type=typ)
     # Minari keeps an info array's shape in its field's metadata

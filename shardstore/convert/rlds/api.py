@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ...episodes.mapping import ConversionReport
 from ...episodes.metafiles import read_metadata_files
 from ...episodes.model import Episode, EpisodeStream, Schema, to_jsonable
 from ...episodes.names import safe_name
@@ -33,6 +34,7 @@ from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, EpisodeFormatError, ShardstoreError, TFRecordFormatError
 from ...executors import worker_storage
 from ...storage import open_storage
+from .conventions import FORMAT, to_rlds
 from .features import Leaf, build_features_json, leaf_to_field, parse_features_json
 from .tfrecord import example_class, frame, iter_records, parse_example, serialize
 
@@ -562,6 +564,8 @@ def export_rlds(
     force: bool = False,
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
+    allow_pickle: bool = False,
+    mapping: ConversionReport | None = None,
 ) -> dict[str, Any]:
     """Write the episode dataset ``dataset`` (all episodes, or ``split``'s) as the TFDS version folder
     ``out`` and return its ``dataset_info.json`` (plus ``report``: the LeRobot mapping's report,
@@ -570,7 +574,9 @@ def export_rlds(
     A dataset imported from RLDS gets back its ``features.json``, splits and shard count (its
     Examples byte for byte); one imported from LeRobot goes through the mapping spec
     (``lerobot_rlds``: ``main_camera``, ``image_encoding``, the report beside ``out``); any other
-    gets a ``features.json`` from its schema.
+    gets a ``features.json`` from its schema after RLDS's conventions (``conventions.to_rlds``;
+    ``allow_pickle`` lets it decode pickled steps), its field mapping filled into ``mapping`` and
+    written beside ``out`` (``OUT.report.json``, ``OUT.report.txt``).
     """
     from ...episodes import episodes
 
@@ -590,4 +596,8 @@ def export_rlds(
         )
         with open(os.path.join(out, DATASET_INFO_JSON)) as f:
             return dict(json.load(f), report=report)
-    return write_rlds(stream, out, name=name, force=force)
+    mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
+    info = write_rlds(to_rlds(stream, mapping, allow_pickle=allow_pickle), out, name=name, force=force)
+    if mapping.source_format != FORMAT:
+        mapping.write(out)
+    return info
