@@ -14,7 +14,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time ``__getattr__`` loads these
-    from . import episodes
+    from . import convert, episodes
     from .dataset import Dataset, open
     from .episodes import EpisodeWriter
     from .errors import ShardstoreError
@@ -41,8 +41,9 @@ _EXPORTS = {
     "EpisodeWriter": "episodes",
 }
 #: Public names that are a subpackage itself: ``shardstore.episodes`` is the package, and calling
-#: it (``shardstore.episodes(ds)``) opens the episode view.
-_SUBPACKAGES = frozenset({"episodes"})
+#: it (``shardstore.episodes(ds)``) opens the episode view; calling ``shardstore.convert(src, out,
+#: to=...)`` converts between formats.
+_SUBPACKAGES = frozenset({"convert", "episodes"})
 
 __all__ = [
     "Dataset",
@@ -51,6 +52,7 @@ __all__ = [
     "PrepareReport",
     "Sample",
     "ShardstoreError",
+    "convert",
     "episodes",
     "interleave",
     "mount",

@@ -1301,5 +1301,63 @@ def _format_check(
     _echo_format_report(check(src, **kwargs), quiet, as_json)
 
 
+# ----- any format to any other (issue 21) -----------------------------------------------------------
+@main.command("convert")
+@click.argument("src")
+@click.argument("out")
+@click.option("--to", "to", type=click.Choice(["minari", "lerobot", "rlds", "episode-wds"]), required=True,
+              help="The format to write at OUT.")
+@click.option("--from", "source_format", type=click.Choice(["minari", "lerobot", "rlds", "episode-wds"]), default=None,
+              help="SRC's format (default: detected from its files).")
+@click.option("--keep", type=click.Path(file_okay=False), default=None,
+              help="Import into this folder and keep it (a prepared episode dataset); default: a temporary folder beside OUT, removed.")
+@click.option("--version", "version", type=click.Choice(["2.1", "3.0", "v2.1", "v3.0"]), default=None,
+              help="--to lerobot: the LeRobot version to write (default: the source's, else 3.0).")
+@click.option("--fps", type=float, default=None, help="--to lerobot: frames per second, for a source that has none.")
+@click.option("--backend", type=click.Choice(["hdf5", "arrow", "parquet"]), default=None,
+              help="--to minari: 0.5's data_format (default: the source's, else hdf5).")
+@click.option("--image-encoding", type=click.Choice(["png", "jpeg"]), default=None,
+              help="--to rlds from LeRobot: how video frames are encoded (png: lossless).")
+@click.option("--force", is_flag=True, help="Replace a dataset of the target format already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show progress bars (only on a terminal).")
+@allow_pickle_option
+@storage_options_option
+@json_option
+@quiet_option
+@handle_errors
+def convert_command(src: str, out: str, to: str, source_format: str | None, keep: str | None, version: str | None,
+                    fps: float | None, backend: str | None, image_encoding: str | None, force: bool, progress: bool,
+                    allow_pickle: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
+    """Convert the dataset SRC into another format at OUT: import into a temporary episode dataset
+    beside OUT (removed after; kept with --keep), then export. SRC's format is detected unless --from.
+
+    Where the formats' conventions differ (Minari's final observation, video vs frames, tasks vs
+    language instructions) the mapping in docs/robotics.md applies; what was mapped, derived,
+    approximated and dropped is written beside OUT (OUT.report.json, OUT.report.txt).
+
+    \b
+    Example:
+      shardstore convert ./robo/1.0.0 ./robo-minari --to minari
+      shardstore convert ~/.minari/datasets/door-v0 ./door-rlds/1.0.0 --to rlds --json
+      shardstore convert ./il-task ./il-minari --to minari --allow-pickle
+    """
+    from .convert.any_to_any import convert
+    from .prepare import _sigterm_unwinds
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    report = _sigterm_unwinds(convert)(
+        src, out, to=to, source_format=source_format, keep=keep, allow_pickle=allow_pickle, force=force,
+        progress=show, storage_options=storage_options, version=version, fps=fps, backend=backend,
+        image_encoding=image_encoding,
+    )
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        m = report.mapping
+        click.echo(f"Converted {src} ({report.source_format}) to {out} ({report.target_format}) in {report.seconds:.1f} s: "
+                   f"{_plural(len(m.mapped), 'field')} mapped, {len(m.derived)} derived, "
+                   f"{len(m.approximated)} approximated, {len(m.dropped)} dropped; report: {report.report_files[1]}")
+
+
 if __name__ == "__main__":
     main()

@@ -13,4 +13,33 @@ The shard store is one more reader and writer: ``EpisodeWriter`` writes a stream
 prepares them; ``shardstore.episodes(ds).stream()`` reads a prepared dataset back as a stream.
 So ``import X`` is ``EpisodeWriter(out).write_stream(read_X(src))`` and ``export X`` is
 ``write_X(episodes(ds).stream(), out)``; any format converts to any other through the hub.
+
+The package is callable: ``shardstore.convert(src, out, to="rlds")`` is ``any_to_any.convert``
+(import + export through the hub in one call), while ``shardstore.convert.minari`` etc. stay its
+subpackages.
 """
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+__all__ = ["convert"]
+
+
+def convert(src: Any, out: Any, **options: Any) -> Any:
+    """``any_to_any.convert``: the dataset ``src`` converted into ``options["to"]`` at ``out``."""
+    from .any_to_any import convert as run
+
+    return run(src, out, **options)
+
+
+class _CallablePackage(types.ModuleType):
+    """This package's module type: calling it converts (``shardstore.convert(src, out, to=...)``)."""
+
+    def __call__(self, src: Any, out: Any, **options: Any) -> Any:
+        return convert(src, out, **options)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
