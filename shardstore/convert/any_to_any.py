@@ -113,7 +113,7 @@ def _summary(report: Any) -> dict[str, Any]:
 
 def _import(fmt: str, src: str, dataset: str, allow_pickle: bool, progress: bool,
             storage_options: dict[str, Any] | None) -> Any:
-    writer = {"progress": progress}
+    writer: dict[str, Any] = {"progress": progress}
     if fmt == "minari":
         from .minari import import_minari
 
