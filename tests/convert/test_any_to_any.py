@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from make_episode_wds import rollouts, write_shard  # noqa: E402
 from make_lerobot import make_lerobot  # noqa: E402
 from make_minari import make_minari  # noqa: E402
-from test_lerobot import pyav_frames, source_frame, source_rows  # noqa: E402
+from test_lerobot import source_frame, source_rows  # noqa: E402
 
 TFDS_PYTHON = Path(os.environ.get("SHARDSTORE_TFDS_VENV", ROOT / ".venv-tfds")) / "bin" / "python"
 LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"

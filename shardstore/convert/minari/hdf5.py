@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from ...episodes.model import Episode, FieldSpec, Rows, Schema
+from ...episodes.tasks import TASKS
 from ...errors import EpisodeFormatError, MissingExtraError, PathEscapeError
 from . import spaces
 
@@ -259,6 +260,8 @@ def read_episodes(
                 if ds.attrs:
                     dataset_attrs["/".join(spec.source_path)] = {k: attr_to_model(v) for k, v in ds.attrs.items()}
             metadata = {k: attr_to_model(v) for k, v in group.attrs.items()}
+            if isinstance(metadata.get(TASKS), dict) and _STRINGS in metadata[TASKS]:  # the hub's task list
+                metadata[TASKS] = list(metadata[TASKS][_STRINGS])
             terms = steps.get("terminations")
             terminal = bool(len(terms) and terms[-1]) if isinstance(terms, np.ndarray) else False
             source: dict[str, Any] = {"file": rel, "group": name}

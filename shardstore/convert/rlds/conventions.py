@@ -15,7 +15,9 @@ their own, ``lerobot_mapping``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from ...episodes import conventions as conv
 from ...episodes.mapping import ConversionReport
@@ -67,11 +69,24 @@ def _renamed(stream: EpisodeStream, report: ConversionReport) -> EpisodeStream:
         report.map(f.name, "steps/" + "/".join(path))
 
     def rename(ep: Episode) -> Episode:
-        return replace(ep, steps={new: ep.steps[old] for old, new in renamed.items()})
+        return replace(ep, steps={new: ep.steps[old] for old, new in renamed.items()}, metadata=_nested(ep.metadata))
 
     schema = Schema(tuple(fields), stream.schema.source_format, stream.schema.source_version,
                     {k: v for k, v in stream.schema.attrs.items() if k in ("tasks", "subflavors")})
     return conv.map_stream(stream, schema, rename)
+
+
+def _nested(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat ``a/b`` metadata keys (Minari's HDF5 attributes) as nested mappings: TFDS feature names
+    have no ``/``."""
+    out: dict[str, Any] = {}
+    for key, value in metadata.items():
+        *groups, leaf = key.split("/")
+        node = out
+        for g in groups:
+            node = node.setdefault(g, {})
+        node[leaf] = value
+    return out
 
 
 def _language(stream: EpisodeStream, report: ConversionReport) -> EpisodeStream:
