@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+
 from ...episodes import conventions as conv
 from ...episodes.mapping import ConversionReport
 from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
@@ -66,7 +68,9 @@ def _renamed(stream: EpisodeStream, report: ConversionReport) -> EpisodeStream:
             continue
         renamed[f.name] = spec.name
         fields.append(spec)
-        report.map(f.name, "steps/" + "/".join(path))
+        wide = f.kind == "array" and np.dtype(f.dtype).kind == "f" and np.dtype(f.dtype).itemsize > 4
+        report.map(f.name, "steps/" + "/".join(path),
+                   cast=f"{f.dtype} -> float32 values (tf.train.Example's float_list)" if wide else "")
 
     def rename(ep: Episode) -> Episode:
         return replace(ep, steps={new: ep.steps[old] for old, new in renamed.items()}, metadata=_nested(ep.metadata))

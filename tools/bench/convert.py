@@ -1,0 +1,289 @@
+"""Conversion benchmark: each robot format into each other with ``shardstore convert``, in steps/s,
+against the floor: the formats' own libraries reading the source and writing the target, nothing else.
+
+Sources (``--episodes`` x ``--steps``, a ``--size`` square uint8 image and a float vector per step),
+each written by its own library: minari's ``create_dataset_from_buffers`` (HDF5 and Arrow), LeRobot's
+layout by pyarrow + PyAV (tools/make_lerobot.py, an H.264 camera), TFDS's ``store_as_tfds_dataset``
+(in .venv-tfds), webdataset's ``TarWriter`` (the episode-frame layout).
+
+The floor of a pair A -> B is the read of A by A's library plus the write of B by B's, each timed
+alone on the same number of steps and shapes: minari ``iterate_episodes`` / ``create_dataset_from_buffers``;
+pyarrow + PyAV decoding every frame / LeRobot's ``LeRobotDataset`` recorder (in .venv-lerobot,
+v3.0); TFDS ``as_dataset`` iterated / ``store_as_tfds_dataset`` (in .venv-tfds); tarfile + pickle
+/ ``TarWriter`` of pickles. A figure whose library or venv is missing is left out and said so.
+shardstore's figure is ``shardstore.convert(src, out, to=...)`` end to end (import into a
+temporary dataset, export), the ratio its time over the floor's (target: within 1.5x).
+
+Example (quick): .venv/bin/python tools/bench/convert.py --episodes 20 --steps 20 --work /tmp/bench-convert
+Full: .venv/bin/python tools/bench/convert.py --episodes 200 --steps 50 --json docs/bench/convert.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+import numpy as np  # noqa: E402
+
+FORMATS = ("minari-hdf5", "minari-arrow", "lerobot-v2.1", "lerobot-v3.0", "rlds", "episode-wds")
+TO = {"minari-hdf5": ("minari", {"backend": "hdf5"}), "minari-arrow": ("minari", {"backend": "arrow"}),
+      "lerobot-v2.1": ("lerobot", {"version": "2.1", "fps": 10}), "lerobot-v3.0": ("lerobot", {"version": "3.0", "fps": 10}),
+      "rlds": ("rlds", {}), "episode-wds": ("episode-wds", {"allow_pickle": True})}
+CAMERA = "observation.images.front"
+
+TFDS_WRITE = """
+import sys, time, numpy as np, tensorflow_datasets as tfds
+out, episodes, steps, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+f = tfds.features
+feats = f.FeaturesDict({"steps": f.Dataset({
+    "observation": f.FeaturesDict({"image": f.Image(shape=(size, size, 3), encoding_format="png"),
+                                   "vector": f.Tensor(shape=(8,), dtype=np.float32)}),
+    "action": f.Tensor(shape=(4,), dtype=np.float32), "reward": f.Scalar(dtype=np.float32),
+    "is_first": f.Scalar(dtype=np.bool_), "is_last": f.Scalar(dtype=np.bool_), "is_terminal": f.Scalar(dtype=np.bool_)})})
+rng = np.random.default_rng(0)
+data = [(e, {"steps": [{"observation": {"image": rng.integers(0, 255, (size, size, 3), dtype=np.uint8),
+                                        "vector": rng.standard_normal(8).astype(np.float32)},
+                        "action": rng.standard_normal(4).astype(np.float32), "reward": np.float32(0),
+                        "is_first": i == 0, "is_last": i == steps - 1, "is_terminal": i == steps - 1}
+                       for i in range(steps)]}) for e in range(episodes)]
+t0 = time.perf_counter()
+tfds.dataset_builders.store_as_tfds_dataset(name="bench", version="1.0.0", features=feats, data_dir=out,
+    split_datasets={"train": data}, disable_shuffling=True)
+print("TIME", time.perf_counter() - t0)
+"""
+
+TFDS_READ = """
+import sys, time, tensorflow_datasets as tfds
+t0 = time.perf_counter()
+b = tfds.builder_from_directory(sys.argv[1])
+n = 0
+for ep in tfds.as_numpy(b.as_dataset(split="train")):
+    for step in ep["steps"]:
+        n += 1
+print("TIME", time.perf_counter() - t0, n)
+"""
+
+LEROBOT_WRITE = """
+import sys, time, numpy as np
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+out, episodes, steps, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+feats = {"observation.images.front": {"dtype": "video", "shape": [size, size, 3], "names": ["height", "width", "channels"]},
+         "observation.state": {"dtype": "float32", "shape": [8], "names": None},
+         "action": {"dtype": "float32", "shape": [4], "names": None}}
+rng = np.random.default_rng(0)
+frames = [[{"observation.images.front": rng.integers(0, 255, (size, size, 3), dtype=np.uint8),
+            "observation.state": rng.standard_normal(8).astype(np.float32),
+            "action": rng.standard_normal(4).astype(np.float32), "task": "bench"} for _ in range(steps)]
+          for _ in range(episodes)]
+t0 = time.perf_counter()
+ds = LeRobotDataset.create("bench/convert", 10, feats, root=out, use_videos=True)
+for ep in frames:
+    for fr in ep:
+        ds.add_frame(fr)
+    ds.save_episode()
+ds.finalize()
+print("TIME", time.perf_counter() - t0)
+"""
+
+
+def venv_python(name: str) -> Path | None:
+    p = ROOT / name / "bin" / "python"
+    return p if p.exists() else None
+
+
+def clean_env() -> dict[str, str]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_peer(python: Path, code: str, *args: object) -> list[float]:
+    res = subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True, text=True, timeout=3600,
+                         env=clean_env())
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr[-2000:])
+    line = next(x for x in reversed(res.stdout.splitlines()) if x.startswith("TIME "))
+    return [float(x) for x in line.split()[1:]]
+
+
+# ----- sources --------------------------------------------------------------------------------------
+def make_sources(work: Path, episodes: int, steps: int, size: int) -> dict[str, Path]:
+    from make_episode_wds import rollouts, write_shard
+    from make_lerobot import make_lerobot
+    from make_minari import make_minari
+
+    src = work / "sources"
+    out: dict[str, Path] = {}
+    out["minari-hdf5"] = make_minari(src / "minari", "bench/hdf5-v0", episodes, steps, image=(size, size, 3))
+    out["minari-arrow"] = make_minari(src / "minari", "bench/arrow-v0", episodes, steps, image=(size, size, 3),
+                                      data_format="arrow")
+    for v in ("v2.1", "v3.0"):
+        path = src / f"lerobot-{v}"
+        if not path.exists():
+            make_lerobot(str(path), version=v, episodes=episodes, frames=steps, size=size, cameras={CAMERA: "h264"},
+                         chunks_size=1000, episodes_per_file=50, image=False)
+        out[f"lerobot-{v}"] = path
+    tfds = venv_python(".venv-tfds")
+    if tfds is not None:
+        if not (src / "tfds" / "bench" / "1.0.0").exists():
+            run_peer(tfds, TFDS_WRITE, src / "tfds", episodes, steps, size)
+        out["rlds"] = src / "tfds" / "bench" / "1.0.0"
+    task = src / "episode-frame" / "demos" / "bench" / "reach"
+    if not task.exists():
+        write_shard(task / "shard-000000.tar", {"task_name": "reach"},
+                    rollouts(np.random.default_rng(0), [steps] * episodes, (size, size, 3)))
+    out["episode-wds"] = task
+    return out
+
+
+# ----- the floor: each format's own library --------------------------------------------------------
+def read_floor(fmt: str, path: Path) -> float | None:
+    t0 = time.perf_counter()
+    if fmt.startswith("minari"):
+        from minari.dataset.minari_dataset import MinariDataset
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in MinariDataset(str(path / "data")).iterate_episodes():
+                pass
+    elif fmt.startswith("lerobot"):
+        import av
+        import pyarrow.parquet as pq
+
+        for p in sorted((path / "data").rglob("*.parquet")):
+            pq.read_table(p)
+        for p in sorted((path / "videos").rglob("*.mp4")):
+            with av.open(str(p)) as c:
+                for frame in c.decode(video=0):
+                    frame.to_ndarray(format="rgb24")
+    elif fmt == "rlds":
+        tfds = venv_python(".venv-tfds")
+        return None if tfds is None else run_peer(tfds, TFDS_READ, path)[0]
+    else:
+        for shard in sorted(path.glob("*.tar")):
+            with tarfile.open(shard) as tar:
+                for m in tar:
+                    if m.isfile():
+                        pickle.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
+    return time.perf_counter() - t0
+
+
+def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int) -> float | None:
+    out = work / "floor" / fmt
+    shutil.rmtree(out, ignore_errors=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    if fmt.startswith("minari"):
+        import gymnasium as gym
+        import minari
+        from minari.data_collector import EpisodeBuffer
+
+        os.environ["MINARI_DATASETS_PATH"] = str(out)
+        obs_space = gym.spaces.Dict({"image": gym.spaces.Box(0, 255, (size, size, 3), np.uint8),
+                                     "vector": gym.spaces.Box(-np.inf, np.inf, (8,), np.float32)})
+        buffers = [EpisodeBuffer(id=i, observations={"image": rng.integers(0, 256, (steps + 1, size, size, 3), dtype=np.uint8),
+                                                     "vector": rng.standard_normal((steps + 1, 8), dtype=np.float32)},
+                                 actions=rng.uniform(-1, 1, (steps, 4)).astype(np.float32), rewards=np.zeros(steps),
+                                 terminations=np.arange(steps) == steps - 1, truncations=np.zeros(steps, bool))
+                   for i in range(episodes)]
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            minari.create_dataset_from_buffers("floor/w-v0", buffers, observation_space=obs_space,
+                                               action_space=gym.spaces.Box(-1, 1, (4,), np.float32),
+                                               data_format=fmt.split("-")[1], jpeg_encoding=False)
+        return time.perf_counter() - t0
+    if fmt == "lerobot-v3.0":
+        py = venv_python(".venv-lerobot")
+        return None if py is None else run_peer(py, LEROBOT_WRITE, out, episodes, steps, size)[0]
+    if fmt == "rlds":
+        py = venv_python(".venv-tfds")
+        return None if py is None else run_peer(py, TFDS_WRITE, out, episodes, steps, size)[0]
+    if fmt == "episode-wds":
+        from make_episode_wds import rollouts, write_shard
+
+        frames = rollouts(rng, [steps] * episodes, (size, size, 3))
+        t0 = time.perf_counter()
+        write_shard(out / "shard-000000.tar", {"task_name": "floor"}, frames)
+        return time.perf_counter() - t0
+    return None  # LeRobot v2.1: lerobot 0.6 no longer writes it
+
+
+# ----- shardstore ------------------------------------------------------------------------------------
+def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[float | None, str]:
+    import shardstore
+
+    to, options = TO[tgt]
+    out = work / "out" / f"{fmt}-to-{tgt}"
+    if to == "rlds":
+        out = out / "1.0.0"
+    shutil.rmtree(out.parent if to == "rlds" else out, ignore_errors=True)
+    if fmt == "episode-wds":
+        options = {**options, "allow_pickle": True}
+    t0 = time.perf_counter()
+    try:
+        shardstore.convert(src, out, to=to, **options)
+    except Exception as e:  # noqa: BLE001  (a failed pair is a figure too: reported, not timed)
+        return None, f"{type(e).__name__}: {str(e)[:120]}"
+    return time.perf_counter() - t0, ""
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--steps", type=int, default=50, help="Steps per episode.")
+    p.add_argument("--size", type=int, default=32, help="Side of the square uint8 image.")
+    p.add_argument("--work", default="/work/bench-data/convert", help="Folder for the sources and outputs.")
+    p.add_argument("--json", default=None, help="Write the figures as JSON here.")
+    args = p.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    steps = args.episodes * args.steps
+    sources = make_sources(work, args.episodes, args.steps, args.size)
+    missing = [f for f in FORMATS if f not in sources]
+    reads = {f: read_floor(f, sources[f]) for f in sources}
+    writes = {f: write_floor(f, work, args.episodes, args.steps, args.size) for f in FORMATS}
+    rows = []
+    print(f"{args.episodes} episodes x {args.steps} steps, {args.size}x{args.size} images; steps/s (floor: the "
+          f"formats' own read + write)")
+    print(f"{'source -> target':34} {'shardstore':>11} {'floor':>11} {'ratio':>6}")
+    for fmt in sources:
+        for tgt in FORMATS:
+            if tgt == fmt:
+                continue
+            seconds, error = convert_time(sources[fmt], fmt, tgt, work)
+            read, write = reads.get(fmt), writes.get(tgt)
+            floor = read + write if read is not None and write is not None else None
+            row = {"source": fmt, "target": tgt, "steps": steps, "seconds": seconds, "floor_seconds": floor,
+                   "steps_per_s": steps / seconds if seconds else None,
+                   "floor_steps_per_s": steps / floor if floor else None,
+                   "ratio": seconds / floor if seconds and floor else None, "error": error}
+            rows.append(row)
+            fig = f"{row['steps_per_s']:11,.0f}" if seconds else f"{'failed':>11}"
+            fl = f"{row['floor_steps_per_s']:11,.0f}" if floor else f"{'n/a':>11}"
+            ratio = f"{row['ratio']:5.2f}x" if row["ratio"] else f"{'':>6}"
+            print(f"{fmt + ' -> ' + tgt:34} {fig} {fl} {ratio}" + (f"  {error}" if error else ""))
+    if missing:
+        print(f"left out (no library or venv): {', '.join(missing)}")
+    result = {"episodes": args.episodes, "steps_per_episode": args.steps, "size": args.size,
+              "read_floor_seconds": reads, "write_floor_seconds": writes, "pairs": rows, "missing": missing}
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
