@@ -31,7 +31,6 @@ import tarfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
