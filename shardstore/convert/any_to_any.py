@@ -29,7 +29,7 @@ from typing import Any
 from ..episodes.mapping import ConversionReport
 from ..errors import ConfigError, ShardstoreError
 
-__all__ = ["FORMATS", "ConvertReport", "convert", "detect_format"]
+__all__ = ["FORMATS", "ConversionResult", "convert", "detect_format"]
 
 #: The formats ``convert`` reads and writes (``--from`` / ``--to``).
 FORMATS = ("minari", "lerobot", "rlds", "episode-wds")
@@ -37,7 +37,7 @@ _TAR_SUFFIXES = (".tar", ".tar.zst")
 
 
 @dataclass
-class ConvertReport:
+class ConversionResult:
     """What ``convert`` did: the formats, the import's and the export's summaries, the field
     mapping, where the report files are, and the kept intermediate dataset (if ``keep``)."""
 
@@ -165,9 +165,9 @@ def convert(
     progress: bool = False,
     storage_options: dict[str, Any] | None = None,
     **target_options: Any,
-) -> ConvertReport:
+) -> ConversionResult:
     """Convert the dataset ``src`` (format ``source_format``, else detected) into format ``to`` at
-    ``out``; return the ``ConvertReport`` (also written beside ``out``).
+    ``out``; return the ``ConversionResult`` (also written beside ``out``).
 
     ``target_options`` go to the target's export where it takes them (``version`` for LeRobot,
     ``backend`` and ``minari_version`` for Minari, ``fps``, ``image_encoding``...). ``keep``: import
@@ -200,7 +200,7 @@ def convert(
             shutil.rmtree(scratch, ignore_errors=True)
     if not (mapping.mapped or mapping.derived or mapping.dropped):
         mapping.note(f"{to}'s export has a report of its own: see 'exported'")
-    report = ConvertReport(src, out, fmt, to, _summary(imported), _summary(exported), mapping,
+    report = ConversionResult(src, out, fmt, to, _summary(imported), _summary(exported), mapping,
                            round(time.perf_counter() - t0, 3), kept=None if keep is None else os.fspath(keep))
     extra = {k: v for k, v in report.to_dict().items() if k != "mapping"}
     if isinstance(exported, dict) and isinstance(exported.get("report"), dict):
