@@ -15,6 +15,7 @@ shardstore's figure is ``shardstore.convert(src, out, to=...)`` end to end (impo
 temporary dataset, export), the ratio its time over the floor's (target: within 1.5x).
 
 Example (quick): .venv/bin/python tools/bench/convert.py --episodes 20 --steps 20 --work /tmp/bench-convert
+Without the venvs: .venv/bin/python tools/bench/convert.py --formats minari-hdf5,minari-arrow,episode-wds
 Full: .venv/bin/python tools/bench/convert.py --episodes 200 --steps 50 --json docs/bench/convert.json
 """
 
@@ -121,7 +122,7 @@ def run_peer(python: Path, code: str, *args: object) -> list[float]:
 
 
 # ----- sources --------------------------------------------------------------------------------------
-def make_sources(work: Path, episodes: int, steps: int, size: int) -> dict[str, Path]:
+def make_sources(work: Path, episodes: int, steps: int, size: int, chosen: list[str]) -> dict[str, Path]:
     from make_episode_wds import rollouts, write_shard
     from make_lerobot import make_lerobot
     from make_minari import make_minari
@@ -133,12 +134,14 @@ def make_sources(work: Path, episodes: int, steps: int, size: int) -> dict[str, 
                                       data_format="arrow")
     for v in ("v2.1", "v3.0"):
         path = src / f"lerobot-{v}"
+        if f"lerobot-{v}" not in chosen:
+            continue
         if not path.exists():
             make_lerobot(str(path), version=v, episodes=episodes, frames=steps, size=size, cameras={CAMERA: "h264"},
                          chunks_size=1000, episodes_per_file=50, image=False)
         out[f"lerobot-{v}"] = path
     tfds = venv_python(".venv-tfds")
-    if tfds is not None:
+    if tfds is not None and "rlds" in chosen:
         if not (src / "tfds" / "bench" / "1.0.0").exists():
             run_peer(tfds, TFDS_WRITE, src / "tfds", episodes, steps, size)
         out["rlds"] = src / "tfds" / "bench" / "1.0.0"
@@ -249,15 +252,20 @@ def main() -> None:
     p.add_argument("--size", type=int, default=64, help="Side of the square uint8 image (LeRobot's AV1 encoder needs 64 or so).")
     p.add_argument("--work", default="/work/bench-data/convert", help="Folder for the sources and outputs.")
     p.add_argument("--json", default=None, help="Write the figures as JSON here.")
+    p.add_argument("--formats", default=",".join(FORMATS), help="Comma-separated formats to convert between.")
     args = p.parse_args()
+    chosen = [f for f in args.formats.split(",") if f]
+    unknown = sorted(set(chosen) - set(FORMATS))
+    if unknown:
+        p.error(f"unknown formats {unknown}; of {', '.join(FORMATS)}")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     steps = args.episodes * args.steps
-    sources = make_sources(work, args.episodes, args.steps, args.size)
-    missing = [f for f in FORMATS if f not in sources]
+    sources = {f: p for f, p in make_sources(work, args.episodes, args.steps, args.size, chosen).items() if f in chosen}
+    missing = [f for f in chosen if f not in sources]
     reads = {f: read_floor(f, sources[f]) for f in sources}
     writes: dict[str, float | None] = {}
-    for f in FORMATS:
+    for f in chosen:
         try:
             writes[f] = write_floor(f, work, args.episodes, args.steps, args.size)
         except RuntimeError as e:  # a peer that fails here is said, and its pairs have no floor
@@ -268,7 +276,7 @@ def main() -> None:
           f"formats' own read + write)")
     print(f"{'source -> target':34} {'shardstore':>11} {'floor':>11} {'ratio':>6}")
     for fmt in sources:
-        for tgt in FORMATS:
+        for tgt in chosen:
             if tgt == fmt:
                 continue
             seconds, error = convert_time(sources[fmt], fmt, tgt, work)
