@@ -200,7 +200,10 @@ def convert(
             shutil.rmtree(scratch, ignore_errors=True)
     if not (mapping.mapped or mapping.derived or mapping.dropped):
         mapping.note(f"{to}'s export has a report of its own: see 'exported'")
-    report = ConversionResult(src, out, fmt, to, _summary(imported), _summary(exported), mapping,
+    summary = _summary(imported)
+    if scratch is not None and "path" in summary:
+        summary["path"] = None  # the temporary dataset is gone
+    report = ConversionResult(src, out, fmt, to, summary, _summary(exported), mapping,
                            round(time.perf_counter() - t0, 3), kept=None if keep is None else os.fspath(keep))
     extra = {k: v for k, v in report.to_dict().items() if k != "mapping"}
     if isinstance(exported, dict) and isinstance(exported.get("report"), dict):
