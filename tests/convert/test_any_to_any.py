@@ -45,6 +45,7 @@ from test_lerobot import source_frame, source_rows  # noqa: E402
 
 TFDS_PYTHON = Path(os.environ.get("SHARDSTORE_TFDS_VENV", ROOT / ".venv-tfds")) / "bin" / "python"
 LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
+LEROBOT03_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT03_VENV", ROOT / ".venv-lerobot03")) / "bin" / "python"
 LEROBOT_PEER = Path(__file__).with_name("lerobot_peer.py")
 
 FORMATS = ("minari-hdf5", "minari-arrow", "lerobot-v2.1", "lerobot-v3.0", "rlds", "episode-wds")
@@ -284,35 +285,43 @@ def load_lerobot_source(path: Path, version: str) -> list[Episode]:
     return out
 
 
-def load_lerobot_many(folders: list[Path], work: Path) -> dict[Path, list[Episode]]:
-    """Every LeRobot folder loaded by ``LeRobotDataset`` (lerobot_peer.py load), as episodes."""
-    _venv(LEROBOT_PYTHON, "make lerobot")
-    out = {}
-    for i, folder in enumerate(folders):
-        dest = work / f"lerobot-{i}.npz"
-        res = subprocess.run([str(LEROBOT_PYTHON), str(LEROBOT_PEER), "load", str(folder), str(dest)],
-                             capture_output=True, text=True, timeout=600, env=_clean_env())
-        assert res.returncode == 0, res.stderr[-3000:]
-        with np.load(dest) as z:
-            flat = {k: z[k] for k in z.files}
-        meta = json.loads(str(flat["__meta__"]))
-        items = sorted({int(k.split("/")[1]) for k in flat if k.startswith("item/")})
-        by_ep: dict[int, list[int]] = {}
-        for j in items:
-            by_ep.setdefault(int(flat[f"item/{j}/episode_index"]), []).append(j)
-        episodes = []
-        for e in sorted(by_ep):
-            js = by_ep[e]
-            ep = {"actions": np.stack([flat[f"item/{j}/action"] for j in js])}
-            for key in {k.split("/", 2)[2] for k in flat if k.startswith(f"item/{js[0]}/observation")}:
-                values = np.stack([flat[f"item/{j}/{key}"] for j in js])
-                if values.dtype == np.float32 and values.ndim == 4:  # video: float CHW in [0, 1]
-                    values = np.round(values.transpose(0, 2, 3, 1) * 255).astype(np.uint8)
-                ep[key.split(".")[-1] if key != "observation.state" else "state"] = values
-            episodes.append(ep)
-        out[folder] = episodes
-        del meta
-    return out
+def load_lerobot_many(folders: list[Path], version: str, work: Path) -> dict[Path, list[Episode]]:
+    """Every LeRobot folder of ``version`` loaded by ``LeRobotDataset`` (lerobot_peer.py's ``load``, one
+    process for all: lerobot 0.6.1 for v3.0, 0.3.3 for v2.1), as episodes."""
+    python = LEROBOT_PYTHON if version == "v3.0" else LEROBOT03_PYTHON
+    _venv(python, "make lerobot")
+    pairs = [(str(f), str(work / f"lerobot-{version}-{i}.npz")) for i, f in enumerate(folders)]
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import lerobot_peer\n"
+            "for a, b in json.loads(sys.argv[2]): lerobot_peer.load(a, b)")
+    env = dict(_clean_env(), HF_HUB_OFFLINE="1")
+    res = subprocess.run([str(python), "-c", code, str(LEROBOT_PEER.parent), json.dumps(pairs)],
+                         capture_output=True, text=True, timeout=1200, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {folder: _lerobot_episodes(Path(dest)) for folder, (_, dest) in zip(folders, pairs, strict=True)}
+
+
+def _lerobot_episodes(npz: Path) -> list[Episode]:
+    with np.load(npz) as z:
+        flat = {k: z[k] for k in z.files if k != "__meta__"}
+    items = sorted({int(k.split("/")[1]) for k in flat if k.startswith("item/")})
+    by_ep: dict[int, list[int]] = {}
+    for j in items:
+        by_ep.setdefault(int(flat[f"item/{j}/episode_index"]), []).append(j)
+    episodes = []
+    for e in sorted(by_ep):
+        js = by_ep[e]
+        keys = {k.split("/", 2)[2] for k in flat if k.startswith(f"item/{js[0]}/")}
+        action = next(k for k in ("action", "actions", "acts") if k in keys)
+        ep = {"actions": np.stack([flat[f"item/{j}/{action}"] for j in js])}
+        for key in keys:
+            if not key.startswith("observation") or key.endswith("_is_pad"):
+                continue
+            values = np.stack([flat[f"item/{j}/{key}"] for j in js])
+            if values.dtype == np.float32 and values.ndim == 4:  # images and video: float CHW in [0, 1]
+                values = np.round(values.transpose(0, 2, 3, 1) * 255).astype(np.uint8)
+            ep[key.split(".")[-1]] = values
+        episodes.append(ep)
+    return episodes
 
 
 LOADERS: dict[str, Callable[[Path], list[Episode]]] = {
@@ -328,6 +337,24 @@ def truth(sources: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
         out[f"lerobot-{v}"] = load_lerobot_source(sources[f"lerobot-{v}"], v)
     out["rlds"] = load_tfds_many([sources["rlds"]], tmp_path_factory.mktemp("tfds-src"))[sources["rlds"]]
     return out
+
+
+@pytest.fixture(scope="module")
+def lerobot_loaded(matrix: Matrix, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[Path, list[Episode]]]:
+    """Per LeRobot version, every output of the matrix in it, converted first, then loaded in one process."""
+
+    @functools.cache
+    def loaded(version: str) -> dict[Path, list[Episode]]:
+        folders = []
+        for src in FORMATS:
+            for route in ("export", "convert"):
+                if src != f"lerobot-{version}":
+                    run, path = matrix.run(src, f"lerobot-{version}", route)
+                    if run.code == 0:
+                        folders.append(path)
+        return load_lerobot_many(folders, version, tmp_path_factory.mktemp(f"lerobot-{version}"))
+
+    return loaded
 
 
 @pytest.fixture(scope="module")
@@ -395,7 +422,7 @@ def test_cell(src: str, tgt: str, route: str, matrix: Matrix, truth: dict[str, l
     elif tgt == "rlds":
         got = request.getfixturevalue("rlds_loaded")[out]
     else:
-        got = load_lerobot_many([out], request.getfixturevalue("tmp_path"))[out]
+        got = request.getfixturevalue("lerobot_loaded")(tgt.removeprefix("lerobot-"))[out]
     assert_same(got, truth[src], lossy=tgt.startswith("lerobot"))
     leftovers = [p.name for p in out.parent.iterdir() if ".convert-" in p.name]
     assert not leftovers, leftovers
