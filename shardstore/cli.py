@@ -1314,6 +1314,9 @@ def _format_check(
 @click.option("--version", "version", type=click.Choice(["2.1", "3.0", "v2.1", "v3.0"]), default=None,
               help="--to lerobot: the LeRobot version to write (default: the source's, else 3.0).")
 @click.option("--fps", type=float, default=None, help="--to lerobot: frames per second, for a source that has none.")
+@click.option("--final-observation", type=click.Choice(["keep", "drop"]), default=None,
+              help="--to lerobot from Minari: keep the observation after the last action as one more frame, or drop it.")
+@click.option("--task", default=None, help="--to lerobot: the task of episodes that name none.")
 @click.option("--backend", type=click.Choice(["hdf5", "arrow", "parquet"]), default=None,
               help="--to minari: 0.5's data_format (default: the source's, else hdf5).")
 @click.option("--image-encoding", type=click.Choice(["png", "jpeg"]), default=None,
@@ -1326,7 +1329,8 @@ def _format_check(
 @quiet_option
 @handle_errors
 def convert_command(src: str, out: str, to: str, source_format: str | None, keep: str | None, version: str | None,
-                    fps: float | None, backend: str | None, image_encoding: str | None, force: bool, progress: bool,
+                    fps: float | None, final_observation: str | None, task: str | None, backend: str | None,
+                    image_encoding: str | None, force: bool, progress: bool,
                     allow_pickle: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
     """Convert the dataset SRC into another format at OUT: import into a temporary episode dataset
     beside OUT (removed after; kept with --keep), then export. SRC's format is detected unless --from.
@@ -1348,6 +1352,7 @@ def convert_command(src: str, out: str, to: str, source_format: str | None, keep
     report = _sigterm_unwinds(convert)(
         src, out, to=to, source_format=source_format, keep=keep, allow_pickle=allow_pickle, force=force,
         progress=show, storage_options=storage_options, version=version, fps=fps, backend=backend,
+        final_observation=final_observation, task=task,
         image_encoding=image_encoding,
     )
     if as_json:

@@ -135,6 +135,21 @@ def _import(fmt: str, src: str, dataset: str, allow_pickle: bool, progress: bool
     return import_episode_wds(src, dataset, allow_pickle=allow_pickle, **writer).datasets[0]
 
 
+def _lerobot_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``export_lerobot``'s keywords: the choices a non-LeRobot source needs (``fps``, ``task``,
+    ``images``, ``video_codec``, ``final_observation``) gathered into its ``WriteOptions``; as they
+    are where the LeRobot package has no ``WriteOptions`` (a writer without those choices)."""
+    from . import lerobot
+
+    write_options = getattr(lerobot, "WriteOptions", None)
+    if write_options is None:
+        return options
+    names = {f.name for f in dataclasses.fields(write_options)}
+    chosen = {k: v for k, v in options.items() if k in names and v is not None}
+    rest = {k: v for k, v in options.items() if k not in names}
+    return {**rest, "options": write_options(**chosen)} if chosen else rest
+
+
 def _exporter(fmt: str) -> Callable[..., Any]:
     if fmt == "minari":
         from .minari import export_minari
@@ -193,6 +208,8 @@ def convert(
         imported = _import(fmt, src, dataset, allow_pickle, progress, storage_options)
         mapping = ConversionReport(fmt, to)
         export = _exporter(to)
+        if to == "lerobot":
+            target_options = _lerobot_options(target_options)
         options = {"allow_pickle": allow_pickle, "mapping": mapping, "force": force or None, **target_options}
         exported = export(dataset, out, **_accepted(export, options))
     finally:

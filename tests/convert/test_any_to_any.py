@@ -167,6 +167,8 @@ def decisions(src: str, tgt: str) -> list[str]:
     flags = ["--allow-pickle"] if src == "episode-wds" and not tgt.startswith("lerobot") else []
     if tgt.startswith("lerobot") and not src.startswith("lerobot"):
         flags += ["--fps", "10"]
+    if tgt.startswith("lerobot") and src.startswith("minari"):
+        flags += ["--final-observation", "keep"]
     return flags
 
 
