@@ -1317,6 +1317,8 @@ def _format_check(
 @click.option("--final-observation", type=click.Choice(["keep", "drop"]), default=None,
               help="--to lerobot from Minari: keep the observation after the last action as one more frame, or drop it.")
 @click.option("--task", default=None, help="--to lerobot: the task of episodes that name none.")
+@click.option("--images", type=click.Choice(["video", "image"]), default=None,
+              help="--to lerobot: image fields as LeRobot video features (encoded) or image features (PNG).")
 @click.option("--backend", type=click.Choice(["hdf5", "arrow", "parquet"]), default=None,
               help="--to minari: 0.5's data_format (default: the source's, else hdf5).")
 @click.option("--image-encoding", type=click.Choice(["png", "jpeg"]), default=None,
@@ -1329,7 +1331,8 @@ def _format_check(
 @quiet_option
 @handle_errors
 def convert_command(src: str, out: str, to: str, source_format: str | None, keep: str | None, version: str | None,
-                    fps: float | None, final_observation: str | None, task: str | None, backend: str | None,
+                    fps: float | None, final_observation: str | None, task: str | None, images: str | None,
+                    backend: str | None,
                     image_encoding: str | None, force: bool, progress: bool,
                     allow_pickle: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
     """Convert the dataset SRC into another format at OUT: import into a temporary episode dataset
@@ -1352,7 +1355,7 @@ def convert_command(src: str, out: str, to: str, source_format: str | None, keep
     report = _sigterm_unwinds(convert)(
         src, out, to=to, source_format=source_format, keep=keep, allow_pickle=allow_pickle, force=force,
         progress=show, storage_options=storage_options, version=version, fps=fps, backend=backend,
-        final_observation=final_observation, task=task,
+        final_observation=final_observation, task=task, images=images,
         image_encoding=image_encoding,
     )
     if as_json:

@@ -166,9 +166,9 @@ def decisions(src: str, tgt: str) -> list[str]:
     """The flags a user passes for this pair: pickled steps, a frame rate where the source has none."""
     flags = ["--allow-pickle"] if src == "episode-wds" and not tgt.startswith("lerobot") else []
     if tgt.startswith("lerobot") and not src.startswith("lerobot"):
-        flags += ["--fps", "10"]
+        flags += ["--fps", "10", "--images", "image"]  # the sources' noise images: PNG, not a video codec
     if tgt.startswith("lerobot") and src.startswith("minari"):
-        flags += ["--final-observation", "keep"]
+        flags += ["--final-observation", "keep", "--task", "reach"]
     return flags
 
 
