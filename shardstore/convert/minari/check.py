@@ -3,7 +3,7 @@
 Without ``--deep`` (the metadata and the shapes; no step is read): the metadata the minari loader
 requires (0.5: ``data/metadata.json`` with ``data_format``, ``observation_space`` and
 ``action_space`` as serialized strings, or an ``env_spec``; ``dataset_id``, ``minari_version``
-strings; ``total_episodes``/``total_steps`` integers), episode ids 0..N-1, and whatever the reader
+strings, the version one minari 0.5.4 reads; ``total_episodes``/``total_steps`` integers), episode ids 0..N-1, and whatever the reader
 refuses (fields that disagree in length between episodes, a missing field).
 
 With ``--deep``, every step: ``total_episodes`` and ``total_steps`` against the episodes; each
@@ -83,6 +83,10 @@ def check_minari(
     return report
 
 
+#: ``minari.supported_dataset_versions`` of minari 0.5.4 (its loader refuses any other ``minari_version``).
+SUPPORTED_VERSIONS = frozenset({"0.4.0", "0.4.1", "0.4.2", "0.4.3", "0.5.0", "0.5.1", "0.5.2", "0.5.3", "0.5.4"})
+
+
 def _check_metadata(meta: Mapping[str, Any] | None, report: FormatReport, where: str) -> None:
     if meta is None:
         return  # 0.3/0.4: the attributes of main_data.hdf5, read by the reader
@@ -97,8 +101,12 @@ def _check_metadata(meta: Mapping[str, Any] | None, report: FormatReport, where:
         if key in meta and not isinstance(meta[key], kind):
             report.add("error", "metadata", f"{key} is {meta[key]!r}", file=where, field=key,
                        expected=f"a {kind.__name__} (minari asserts it)")
-        elif key not in meta and key != "minari_version":
-            report.add("warning", "metadata", f"no {key}", file=where, field=key)
+        elif key not in meta:  # MinariDataset reads metadata[key]: a KeyError
+            report.add("error", "metadata", f"no {key}", file=where, field=key, expected="the key minari's loader reads")
+    version = meta.get("minari_version")
+    if isinstance(version, str) and version not in SUPPORTED_VERSIONS:
+        report.add("error", "metadata", f"minari_version {version!r}", file=where, field="minari_version",
+                   expected=f"one minari 0.5.4 reads ({', '.join(sorted(SUPPORTED_VERSIONS))})")
 
 
 def _check_episode(e: Episode, n: int, layout: Mapping[str, Any], report: FormatReport, file: str) -> None:
