@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import metaswap, nvmeta
+from . import metaswap, nvmeta, shardprint
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
@@ -535,7 +535,13 @@ def _check_shard(
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
         local = storage.local_path("") is not None
-        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end, local)
+        recorded = stats.get(shard) if stats is not None else None
+        same_bytes = (
+            (lambda: shardprint.matches(storage, shard, offsets, recorded.get("fingerprint")))
+            if offsets is not None and recorded is not None
+            else None
+        )
+        why = nvmeta.shard_changed(recorded, stat, end, local, same_bytes)
         if why is not None:
             problems.add(Problem("shard", storage.url(shard), why))
             shard_ok = False

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -412,7 +412,7 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
     for name, entry in recorded.items():
-        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,))):
+        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,)), ("fingerprint", (str,))):
             value = entry.get(key)
             if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and isinstance(value, int) and value < 0)):
                 raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
@@ -425,48 +425,71 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     return recorded
 
 
-def shardstore_json_bytes(stats: Mapping[str, FileStat]) -> bytes:
+def shardstore_json_bytes(stats: Mapping[str, FileStat], fingerprints: Mapping[str, str] | None = None) -> bytes:
     """``shardstore.json`` for the shards' stats at prepare, in :data:`SHARDSTORE_FORMAT`; fields a
-    backend does not give (``mtime`` remotely, ``etag`` locally) are left out."""
-    shards = {name: {k: v for k, v in asdict(stat).items() if v is not None} for name, stat in stats.items()}
+    backend does not give (``mtime`` remotely, ``etag`` locally) are left out. ``fingerprints``:
+    shard -> ``shardprint`` fingerprint (an optional field, ignored by readers that predate it)."""
+    prints = fingerprints or {}
+    shards = {
+        name: {k: v for k, v in asdict(stat).items() if v is not None} | ({"fingerprint": prints[name]} if name in prints else {})
+        for name, stat in stats.items()
+    }
     return json.dumps({"format": SHARDSTORE_FORMAT, "shards": shards}, indent=1).encode()
 
 
 _REPREPARE = "rerun `shardstore prepare --force-overwrite`"
 
 
-def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int, local: bool = False) -> str | None:
+def shard_changed(
+    recorded: dict[str, Any] | None,
+    stat: FileStat,
+    idx_end: int,
+    local: bool = False,
+    same_bytes: Callable[[], bool | None] | None = None,
+) -> str | None:
     """Why a shard no longer matches its index, or None when it still does.
 
-    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, its
-    ETag when both it and ``stat`` have one, and for a ``local`` shard prepared locally (no ETag
-    recorded) its mtime must be what prepare saw: a same-size rewrite changes the mtime (a copy
-    that keeps mtimes, ``cp -p`` or ``rsync -t``, still reads). Mtimes are not compared across
-    storages: a dataset prepared locally and uploaded to S3 (or the reverse) keeps reading. Either way the shard must reach ``idx_end``, the last offset of its
-    ``.tar.idx``: that is the only check left for a dataset Energon prepared. The reason names
-    both values and what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with
-    this one rule.
+    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size must be
+    the same, and the shard must reach ``idx_end``, the last offset of its ``.tar.idx`` (the only
+    check left for a dataset Energon prepared). Its stamp (the ETag when both it and ``stat`` have
+    one, else for a ``local`` shard prepared locally its mtime) tells whether anything may have
+    changed; when it differs, ``same_bytes`` (``shardprint.matches`` on the shard) settles it: a
+    copy that lost the stamp (``cp -r``, ``scp``, ``aws s3 sync``) still reads, a same-size rewrite
+    in place does not. Without a recorded fingerprint (``same_bytes`` gives None: a dataset
+    prepared before fingerprints) a changed stamp is refused, the message naming both causes.
+    Mtimes are not compared across storages: a dataset prepared locally and uploaded to S3 (or the
+    reverse) keeps reading. ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this rule.
     """
     if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
         return f"shard size is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
-    if recorded is not None and stat.etag and recorded.get("etag"):
-        if stat.etag != recorded["etag"]:
-            return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
-    elif (
-        local
-        and recorded is not None
-        and not recorded.get("etag")
-        and stat.etag is None
-        and stat.mtime is not None
-        and isinstance(recorded.get("mtime"), (int, float))
-    ):
-        if stat.mtime != recorded["mtime"]:
-            return (
-                f"shard was modified (mtime {stat.mtime!r}, was {recorded['mtime']!r} at prepare; same size: "
-                f"rewritten in place?): {_REPREPARE}"
-            )
     if stat.size < idx_end:
         return f"shard size is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
+    stamp = _stamp_change(recorded, stat, local)
+    if stamp is None:
+        return None
+    same = same_bytes() if same_bytes is not None else None
+    if same:
+        return None
+    if same is False:
+        return (
+            f"shard was modified ({stamp}; same size, but the tar headers at its indexed offsets differ: "
+            f"rewritten in place?): {_REPREPARE}"
+        )
+    return (
+        f"shard was modified or copied ({stamp}; same size: copied without keeping mtimes, or rewritten in "
+        f"place?) and this index has no fingerprint to tell which (prepared by an older shardstore): {_REPREPARE}"
+    )
+
+
+def _stamp_change(recorded: dict[str, Any] | None, stat: FileStat, local: bool) -> str | None:
+    """How the shard's ETag or (local) mtime differs from the one recorded, or None."""
+    if recorded is None:
+        return None
+    if stat.etag and recorded.get("etag"):
+        return None if stat.etag == recorded["etag"] else f"ETag {stat.etag}, was {recorded['etag']} at prepare"
+    mtime = recorded.get("mtime")
+    if local and not recorded.get("etag") and stat.etag is None and stat.mtime is not None and isinstance(mtime, (int, float)):
+        return None if stat.mtime == mtime else f"mtime {stat.mtime!r}, was {mtime!r} at prepare"
     return None
 
 
