@@ -18,14 +18,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from test_stale_reads import KEYS, SHARD, payload, rewrite_same_size, write_shard
 
 import shardstore
 from shardstore import shardprint
 from shardstore.cli import main
 from shardstore.errors import StaleIndexError
 from shardstore.filestores import IndexedTarStore
-
-from test_stale_reads import KEYS, SHARD, payload, rewrite_same_size, write_shard
 
 
 @pytest.fixture
