@@ -38,7 +38,7 @@ from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from make_lerobot import encode_video, make_lerobot  # noqa: E402
+from make_lerobot import TASKS, encode_video, make_lerobot  # noqa: E402
 
 CAMS = ("observation.images.front", "observation.images.wrist")  # h264, av1
 EXE = [sys.executable, "-m", "shardstore.cli"]
@@ -224,6 +224,22 @@ def test_torch_adapter_gives_chw_float(imported: dict[str, Path]) -> None:
     want = view.window(1, 1, 1, 0)[CAMS[0]]
     assert item[CAMS[0]].dtype == torch.float32 and tuple(item[CAMS[0]].shape) == (2, 3, 32, 32)
     np.testing.assert_allclose(item[CAMS[0]].numpy(), want.transpose(0, 3, 1, 2) / 255.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_torch_items_carry_the_task_string(imported: dict[str, Path], version: str) -> None:
+    """As ``LeRobotDataset.__getitem__``: ``task`` is the tasks table's string of the frame's
+    ``task_index`` (make_lerobot gives episode e the task ``TASKS[e % len(TASKS)]``)."""
+    pytest.importorskip("torch")
+    from shardstore.torch import EpisodeStepDataset
+
+    for window in (None, (2, 1)):
+        ds = EpisodeStepDataset(str(imported[version]), window=window)
+        for i in (0, 12, 25, len(ds) - 1):
+            e, _ = ds.locate(i)
+            item = ds[i]
+            assert item["task"] == TASKS[item["__episode__"] % len(TASKS)], (window, i)
+            assert isinstance(item["task"], str) and e == item["__episode__"]
 
 
 def test_metadataset_yaml_names_the_video_store(imported: dict[str, Path]) -> None:
