@@ -99,7 +99,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="shardstore")
+@click.version_option(None, "-V", "--version", package_name="shardstore")
 def main() -> None:
     """Index WebDataset tar shards and read them at random, locally or on S3.
 
@@ -696,18 +696,20 @@ class _ByteSize(click.ParamType):
     "run near the speed of reading the shard, but shared mmap of those files fails (ENODEV).",
 )
 @click.option("--split", default=None, help="Show only this split's samples at the root (the views keep every shard).")
+@click.option("--mkdir", is_flag=True, help="Create MOUNTPOINT if missing (its last component only); removed again by the unmount.")
 @storage_options_option
 @quiet_option
 @handle_errors
 def mount_command(
     dataset: str, mountpoint: str, layout: str, foreground: bool, direct_io_min: int | None, split: str | None,
-    storage_options: dict[str, Any] | None, quiet: bool,
+    mkdir: bool, storage_options: dict[str, Any] | None, quiet: bool,
 ) -> None:
     """Mount DATASET (a prepared folder, s3:// URL or metadataset YAML) read-only at MOUNTPOINT.
 
     Returns once the mount answers (the FUSE process runs on in the background) unless
     --foreground. Besides the layout, .by-shard/<shard>/ and .by-split/<split>/ show the same
-    members per shard and per split. Unmount with `shardstore umount MOUNTPOINT`.
+    members per shard and per split. MOUNTPOINT must be an existing folder, as for mount(8), unless
+    --mkdir. Unmount with `shardstore umount MOUNTPOINT`.
 
     \b
     Example:
@@ -719,7 +721,7 @@ def mount_command(
 
     handle = mount(
         dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options,
-        direct_io_min=direct_io_min, split=split,
+        direct_io_min=direct_io_min, split=split, mkdir=mkdir,
     )
     if not foreground and not quiet:
         click.echo(
