@@ -440,15 +440,37 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
         click.echo(f"  {label:<12} {value}")
 
 
-@main.command("check")
+class _DefaultGroup(_Group):
+    """A group whose first argument, when it names no subcommand, goes to ``default``: ``check PATH``
+    is ``check dataset PATH`` while ``check lerobot SRC`` is the LeRobot checklist. Each outside
+    format adds its check as one subcommand (``@check_group.command("NAME")``)."""
+
+    default = "dataset"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [self.default, *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("check", cls=_DefaultGroup, subcommand_metavar="PATH | FORMAT SRC [OPTIONS]")
+def check_group() -> None:
+    """Check a prepared dataset (`check PATH`), or an outside format's source (`check FORMAT SRC`).
+
+    `check PATH` is `check dataset PATH` (a folder literally named like a format: `check ./lerobot`).
+    Exits with 1 and lists the problems if there are any.
+
+    \b
+    Example:
+      shardstore check ./ds --deep
+      shardstore check lerobot ./my_lerobot
+      shardstore check rlds ./robo/1.0.0 --json
+    """
+
+
+@check_group.command("dataset")
 @click.argument("path")
-@click.argument("source", required=False)
-@click.option(
-    "--deep",
-    is_flag=True,
-    help="Also walk every shard's tar headers: each part's range must hold that member. With FORMAT: "
-    "every row, statistic and video packet (see docs/robotics.md).",
-)
+@click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
 @click.option(
     "--ref",
     "refs",
@@ -463,7 +485,6 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @handle_errors
 def check_command(
     path: str,
-    source: str | None,
     deep: bool,
     refs: tuple[str, ...],
     progress: bool,
@@ -471,7 +492,7 @@ def check_command(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
+    """Check a prepared dataset: schema, shards, .tar.idx files and index agree (the default of `check`).
 
     Checks the .nv-meta files against their schema; that every shard exists with the size it had
     at prepare; that each .tar.idx agrees with index.sqlite and .info.json. With --deep, also reads
@@ -481,21 +502,9 @@ def check_command(
     \b
     Example:
       shardstore check ./ds
-      shardstore check ./ds --deep --json
+      shardstore check dataset ./ds --deep --json
       shardstore check meta.yaml --ref 'json[image]'
-      shardstore check lerobot ./my_lerobot
-      shardstore check rlds ./robo/1.0.0 --json
-      shardstore check lerobot ./my_lerobot --deep
-      shardstore check minari ./door-human-v2 --deep --json
     """
-    if source is not None and (deep or path in DEEP_CHECKS and path not in FORMAT_CHECKS):
-        _format_check(path, source, deep, storage_options, quiet, as_json, progress)
-        return
-    if source is not None:  # `check FORMAT SRC`: an outside format's checklist
-        if path not in FORMAT_CHECKS:
-            raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(FORMAT_CHECKS)}, not {path!r}")
-        FORMAT_CHECKS[path](source, storage_options, quiet, as_json)
-        return
     if _is_metadataset(path):  # every dataset and aux path; with --ref, every referenced aux file
         from .metadataset import metadataset_check
 
@@ -795,7 +804,7 @@ def prepare_media_command(
 
 
 # ----- Energon's command names -------------------------------------------------------------------
-main.add_command(check_command, name="lint")  # `energon lint`: scripts written for Energon keep working
+main.add_command(check_command, name="lint")  # `energon lint PATH`: scripts written for Energon keep working
 # ----- import / export of episode formats (issue 11) -------------------------------------------------
 # `shardstore import FORMAT ...` and `shardstore export FORMAT ...`: each format adds one command to
 # these groups, a thin shell over its module in shardstore/convert/. Imports take the writer's
@@ -1117,6 +1126,46 @@ def export_lerobot_command(
             click.echo(f"re-encoded: {path} (episode boundaries off keyframes)")
 
 
+def format_check_options(fn: F) -> F:
+    """The options of every ``shardstore check FORMAT SRC``: ``--deep``, ``--progress``,
+    ``--storage-options``, ``--quiet``, ``--json``."""
+    options = [
+        click.option("--deep", is_flag=True, help="Also read every row, statistic and video packet (see docs/robotics.md)."),
+        click.option("--progress/--no-progress", default=True, help="With --deep, a progress bar on stderr (only on a terminal)."),
+        storage_options_option,
+        quiet_option,
+        json_option,
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@check_group.command("lerobot")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_lerobot_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) against the LeRobot checklist.
+
+    Version, chunks_size, path templates and the files they name, video keys, episodes, tasks,
+    parquet columns and rows against video frames, fps and codec; with --deep every row, statistic
+    and video packet too. Prints one line per finding and exits with 1 if there is an error;
+    `import lerobot` runs the same checks first.
+
+    \b
+    Example:
+      shardstore check lerobot ./my_lerobot
+      shardstore check lerobot ./my_lerobot --deep --json
+    """
+    if deep:
+        _format_check("lerobot", src, deep, storage_options, quiet, as_json, progress)
+    else:
+        _lerobot_check(src, storage_options, quiet, as_json)
+
+
 def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
     """Print the LeRobot checklist's report; exit 1 when it has errors."""
     from .convert.lerobot import check
@@ -1134,9 +1183,6 @@ def _echo_format_report(report: Any, quiet: bool, as_json: bool) -> None:
     if not report.ok:
         sys.exit(1)
 
-
-#: `shardstore check FORMAT SRC`: the checks of outside formats, by name.
-FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None]] = {"lerobot": _lerobot_check}
 
 
 # ----- RLDS: import, export, check ------------------------------------------------------------------
@@ -1247,8 +1293,27 @@ def export_rlds_command(
             )
 
 
-def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
-    """Print the RLDS validation report (the mapping spec's rules); exit 1 when a rule fails."""
+@check_group.command("rlds")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_rlds_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check an RLDS folder (a TFDS version folder, local or fsspec URL) against the RLDS rules.
+
+    Runs the validation rules of the LeRobot -> RLDS mapping spec on any RLDS folder and prints
+    the report: each rule pass, fail or skipped, then every problem with its file, record and
+    field; --deep reads every record instead (docs/robotics.md). Exits with 1 when a rule fails.
+
+    \b
+    Example:
+      shardstore check rlds ./robo/1.0.0
+      shardstore check rlds ./robo/1.0.0 --deep --json
+    """
+    if deep:
+        _format_check("rlds", src, deep, storage_options, quiet, as_json, progress)
+        return
     from .convert.rlds.check import check_rlds
 
     report = check_rlds(src, storage_options=storage_options)
@@ -1259,8 +1324,6 @@ def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, a
     if not report.ok:
         sys.exit(1)
 
-
-FORMAT_CHECKS["rlds"] = _rlds_check
 
 #: `shardstore check FORMAT SRC --deep`: format -> (module, function(src, *, deep, storage_options,
 #: progress) -> FormatReport); minari and episode-wds have no other check, so run it without --deep too.
@@ -1279,8 +1342,6 @@ def _format_check(
     exit 1 when it has errors."""
     import importlib
 
-    if fmt not in DEEP_CHECKS:
-        raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(DEEP_CHECKS)}, not {fmt!r}")
     module, name = DEEP_CHECKS[fmt]
     check = getattr(importlib.import_module(module), name)
     show = progress and not quiet and not as_json and sys.stderr.isatty()
@@ -1288,6 +1349,46 @@ def _format_check(
     if fmt in ("minari", "episode-wds"):
         kwargs["deep"] = deep
     _echo_format_report(check(src, **kwargs), quiet, as_json)
+
+
+@check_group.command("minari")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_minari_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check a Minari dataset (a folder, its data folder or a dataset id) as Minari's loader reads it.
+
+    Loader metadata, totals, steps+1 rows, one terminal step at the end, spaces; with --deep every
+    value too (NaN, out of its space). Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check minari ./door-human-v2
+      shardstore check minari D4RL/door/human-v2 --deep --json
+    """
+    _format_check("minari", src, deep, storage_options, quiet, as_json, progress)
+
+
+@check_group.command("episode-wds")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_episode_wds_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check shards of the episode-frame WebDataset layout (a shard, a folder, or a root of tasks).
+
+    Members, frame numbering and episode ends per shard; with --deep every pickled part through the
+    restricted unpickler too. Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check episode-wds ./il-data
+      shardstore check episode-wds ./il-data --deep --json
+    """
+    _format_check("episode-wds", src, deep, storage_options, quiet, as_json, progress)
 
 
 if __name__ == "__main__":
