@@ -18,8 +18,8 @@ import pytest
 from mount_helpers import MountData, build_dataset, mount_rss, sh
 
 import shardstore
-from shardstore.mount import MountHandle, umount
 from shardstore.errors import MountError
+from shardstore.mount import MountHandle, umount
 from shardstore.mount.process import _is_mounted, _server_pids
 
 pytestmark = pytest.mark.mount
