@@ -140,13 +140,14 @@ class Problem:
     detail: str
     member: str | None = None
     offset: int | None = None
+    noun: str = "member"  # what ``member`` is (``place_message``); in the message, not the JSON
 
     def __str__(self) -> str:
-        return place_message(self.detail, self.path, self.member, self.offset)
+        return place_message(self.detail, self.path, self.member, self.offset, self.noun)
 
     @classmethod
     def from_error(cls, kind: str, err: ShardstoreError, default_path: str) -> Problem:
-        return cls(kind, err.path or default_path, err.detail, err.member, err.offset)
+        return cls(kind, err.path or default_path, err.detail, err.member, err.offset, err.noun)
 
 
 @dataclass
@@ -172,7 +173,9 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ok"] = self.ok
-        d["problems"] = [{**asdict(p), "message": str(p)} for p in self.problems]
+        d["problems"] = [
+            {**{k: v for k, v in asdict(p).items() if k != "noun"}, "message": str(p)} for p in self.problems
+        ]
         return d
 
 

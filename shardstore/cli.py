@@ -7,10 +7,11 @@ sqlite3 nor fsspec directly.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -18,6 +19,8 @@ import click
 
 from . import nvmeta
 from .errors import ShardstoreError
+from .humanize import human_bytes as _human_bytes
+from .humanize import plural as _plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -319,21 +322,8 @@ def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool
 
 
 # ----- inspection: info, check, ls, cat (shardstore/inspection.py, checks.py) -------------------
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"
-
-
 def _format_label(energon_version: str) -> str:
     return "format version not recorded" if energon_version == "unknown" else f"Energon {energon_version} format"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _is_metadataset(path: str) -> bool:
@@ -866,25 +856,50 @@ def episode_writer_options(fn: F) -> F:
     return command  # type: ignore[return-value]
 
 
-def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> Any:
-    """An importer's report, run on the executor ``writer["executor"]`` names; a SIGTERM unwinds it
-    as Ctrl-C does (its staging is removed)."""
+def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> tuple[Any, float]:
+    """An importer's own report and its wall time, run on the executor ``writer["executor"]``
+    names; a SIGTERM unwinds it as Ctrl-C does (its staging is removed)."""
     from .executors import executor_for
     from .prepare import _sigterm_unwinds
 
     writer = dict(writer)
     kind, address = writer.pop("executor", (None, None))
+    t0 = time.perf_counter()
     with executor_for(kind, address) as executor:
-        return _sigterm_unwinds(importer)(src, out, **options, **writer, executor=executor)
+        raw = _sigterm_unwinds(importer)(src, out, **options, **writer, executor=executor)
+    return raw, time.perf_counter() - t0
 
 
-def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> None:
-    """An import's or export's summary: JSON (episodes, steps, bytes, seconds...) or one line."""
+def run_export(exporter: Callable[..., Any], dataset: str, out: str, **options: Any) -> tuple[Any, float]:
+    """An exporter's own report and its wall time; a SIGTERM unwinds it as Ctrl-C does."""
+    from .prepare import _sigterm_unwinds
+
+    t0 = time.perf_counter()
+    raw = _sigterm_unwinds(exporter)(dataset, out, **options)
+    return raw, time.perf_counter() - t0
+
+
+def echo_convert_report(report: Any, as_json: bool, quiet: bool) -> None:
+    """Every import's and export's output: ``ConvertReport.to_dict()`` with --json, else its one line."""
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        click.echo(f"{what} {_plural(report.episodes, 'episode')}, {_plural(report.steps, 'step')} "
-                   f"({_human_bytes(report.bytes)}) into {report.path} in {report.seconds:.1f} s")
+        click.echo(report.summary())
+
+
+def _imported_version(out: str) -> str | None:
+    """The source format's version an import recorded in its schema (None when it has none)."""
+    from .episodes import episodes
+
+    return episodes(out).schema.source_version or None
+
+
+def _episode_counts(dataset: str, split: str | None, storage_options: dict[str, Any] | None) -> dict[str, int]:
+    """``episodes`` and ``steps`` of a dataset's split (every episode without one), from its episode index."""
+    from .episodes import episodes
+
+    view = episodes(dataset, split, storage_options=storage_options)
+    return {"episodes": len(view), "steps": int(view.lengths.sum())}
 
 
 @import_group.command("minari")
@@ -904,8 +919,11 @@ def import_minari_command(src: str, out: str, writer: dict[str, Any], as_json: b
       shardstore import minari ~/.minari/datasets/cartpole-v0 ./cartpole --granularity episode --json
     """
     from .convert.minari import import_minari
+    from .episodes.report import ConvertReport
 
-    echo_episode_report(run_import(import_minari, src, out, writer), "Imported", as_json, quiet)
+    raw, seconds = run_import(import_minari, src, out, writer)
+    report = ConvertReport.of(raw, action="import", fmt="minari", source=src, seconds=seconds, version=_imported_version(out))
+    echo_convert_report(report, as_json, quiet)
 
 
 @export_group.command("minari")
@@ -933,13 +951,13 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
       shardstore export minari ./door ./door-arrow --backend arrow
     """
     from .convert.minari import export_minari
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport
 
-    report = _sigterm_unwinds(export_minari)(
-        dataset, out, storage_options=storage_options, version=minari_version, backend=backend, force=force,
-        progress=progress and not quiet and not as_json and sys.stderr.isatty(),
+    raw, seconds = run_export(
+        export_minari, dataset, out, storage_options=storage_options, version=minari_version, backend=backend,
+        force=force, progress=progress and not quiet and not as_json and sys.stderr.isatty(),
     )
-    echo_episode_report(report, "Exported", as_json, quiet)
+    echo_convert_report(ConvertReport.of(raw, action="export", fmt="minari", source=dataset, seconds=seconds), as_json, quiet)
 
 
 # ----- the episode-frame WebDataset layout (issue 14) ----------------------------------------------
@@ -984,15 +1002,14 @@ def import_episode_wds_command(
       shardstore import episode-wds ./il-data ./il-ds --blend-yaml
     """
     from .convert.episode_wds import import_episode_wds
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
-    if as_json:
-        echo_json(report.to_dict())
-        return
-    for r in report.datasets:
-        echo_episode_report(r, "Imported", False, quiet)
-    if report.blend_yaml and not quiet:
-        click.echo(f"Wrote {report.blend_yaml}: blends {_plural(len(report.datasets), 'task')} uniformly")
+    raw, seconds = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
+    totals = {k: sum(getattr(r, k) for r in raw.datasets) for k in ("episodes", "steps", "bytes")}
+    report = ConvertReport.of(raw, action="import", fmt="episode-wds", source=src, seconds=seconds, path=out, **totals)
+    echo_convert_report(report, as_json, quiet)
+    if raw.blend_yaml and not quiet and not as_json:
+        click.echo(f"Wrote {raw.blend_yaml}: blends {_plural(len(raw.datasets), 'task')} uniformly")
 
 
 @export_group.command("episode-wds")
@@ -1019,13 +1036,14 @@ def export_episode_wds_command(
       shardstore export episode-wds ./il-ds/demos/magical/MoveToCorner ./il-back
     """
     from .convert.episode_wds import export_episode_wds
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport, folder_bytes
 
-    names = _sigterm_unwinds(export_episode_wds)(dataset, out, compress=compress, force=force, storage_options=storage_options)
-    if as_json:
-        echo_json({"out": out, "shards": names})
-    elif not quiet:
-        click.echo(f"{out}: {_plural(len(names), 'shard')}")
+    names, seconds = run_export(export_episode_wds, dataset, out, compress=compress, force=force, storage_options=storage_options)
+    report = ConvertReport.of(
+        {"shards": names}, action="export", fmt="episode-wds", source=dataset, seconds=seconds, path=out,
+        bytes=folder_bytes(out), **_episode_counts(dataset, None, storage_options),
+    )
+    echo_convert_report(report, as_json, quiet)
 
 
 # ----- LeRobot: import, export, check (issue 12) ----------------------------------------------------
@@ -1070,17 +1088,10 @@ def import_lerobot_command(
     if out is None:
         raise click.UsageError("OUT is required (or pass --check-only)")
     from .convert.lerobot import import_lerobot
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_lerobot, src, out, writer, frames=frames, storage_options=storage_options)
-    if as_json:
-        echo_json(report.to_dict())
-    elif not quiet:
-        videos = f", {report.video_files} videos ({_human_bytes(report.video_bytes)}) in .videos" if report.video_files else ""
-        click.echo(
-            f"Imported {src} (LeRobot {report.version}) into {report.out}: {_plural(report.episodes, 'episode')}, "
-            f"{_plural(report.steps, 'frame')}, {_plural(report.shards, 'shard')} ({_human_bytes(report.bytes)}){videos} "
-            f"in {report.seconds:.1f} s"
-        )
+    raw, seconds = run_import(import_lerobot, src, out, writer, frames=frames, storage_options=storage_options)
+    echo_convert_report(ConvertReport.of(raw, action="import", fmt="lerobot", source=src, seconds=seconds), as_json, quiet)
 
 
 @export_group.command("lerobot")
@@ -1093,12 +1104,15 @@ def import_lerobot_command(
     default=None,
     help="LeRobot version to write (default: the version the dataset came from).",
 )
+@click.option("--force", is_flag=True, help="Replace a LeRobot dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar by episodes (only on a terminal).")
 @storage_options_option
 @quiet_option
 @json_option
 @handle_errors
 def export_lerobot_command(
-    dataset: str, out: str, version: str | None, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+    dataset: str, out: str, version: str | None, force: bool, progress: bool, storage_options: dict[str, Any] | None,
+    quiet: bool, as_json: bool,
 ) -> None:
     """Export an episode dataset to a new LeRobot dataset at OUT (v2.1 or v3.0).
 
@@ -1111,19 +1125,30 @@ def export_lerobot_command(
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
     """
     from .convert.lerobot import export_lerobot
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport, folder_bytes
 
-    report = _sigterm_unwinds(export_lerobot)(dataset, out, version=version, storage_options=storage_options)
-    if as_json:
-        echo_json(dataclasses.asdict(report))
-    elif not quiet:
-        click.echo(
-            f"Exported {dataset} to {report.out} (LeRobot {report.version}): {report.episodes} episodes, "
-            f"{report.frames} frames, {report.videos} videos ({report.copied_videos} copied, "
-            f"{report.remuxed_videos} remuxed, {len(report.reencoded)} re-encoded); metadata {report.metadata}"
+    with _episode_bar(progress and not quiet and not as_json and sys.stderr.isatty(), dataset, storage_options) as bar:
+        raw, seconds = run_export(
+            export_lerobot, dataset, out, version=version, force=force, storage_options=storage_options, progress=bar,
         )
-        for path in report.reencoded:
-            click.echo(f"re-encoded: {path} (episode boundaries off keyframes)")
+    warnings = [f"re-encoded {path} (episode boundaries off keyframes)" for path in raw.reencoded]
+    report = ConvertReport.of(
+        raw, action="export", fmt="lerobot", source=dataset, seconds=seconds, bytes=folder_bytes(raw.out), warnings=warnings,
+    )
+    echo_convert_report(report, as_json, quiet)
+
+
+@contextlib.contextmanager
+def _episode_bar(show: bool, dataset: str, storage_options: dict[str, Any] | None) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar by episodes on stderr for an exporter's ``progress(n)`` callback (None when hidden)."""
+    if not show:
+        yield None
+        return
+    from tqdm import tqdm
+
+    total = _episode_counts(dataset, None, storage_options)["episodes"]
+    with tqdm(total=total, unit="episode", desc="Exporting", file=sys.stderr) as bar:
+        yield lambda n: bar.update(n - bar.n)
 
 
 def format_check_options(fn: F) -> F:
@@ -1216,9 +1241,11 @@ def import_rlds_command(
       shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
     """
     from .convert.rlds import import_rlds
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_rlds, src, out, writer, split=split, storage_options=storage_options)
-    echo_episode_report(report, "Imported", as_json, quiet)
+    raw, seconds = run_import(import_rlds, src, out, writer, split=split, storage_options=storage_options)
+    report = ConvertReport.of(raw, action="import", fmt="rlds", source=src, seconds=seconds, version=_imported_version(out))
+    echo_convert_report(report, as_json, quiet)
 
 
 @export_group.command("rlds")
@@ -1270,27 +1297,37 @@ def export_rlds_command(
       shardstore export rlds ./lerobot_ds ./rlds/1.0.0 --main-camera observation.images.wrist
     """
     from .convert.rlds import export_rlds
+    from .episodes.report import ConvertReport, folder_bytes
 
     show = progress and not quiet and not as_json and sys.stderr.isatty()
-    info = export_rlds(
-        dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
+    info, seconds = run_export(
+        export_rlds, dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
         force=force, progress=show, storage_options=storage_options,
     )
-    if as_json:
-        echo_json(info)
-    elif not quiet:
-        splits = ", ".join(
-            f"{s['name']}: {_plural(sum(int(n) for n in s['shardLengths']), 'episode')} in {_plural(len(s['shardLengths']), 'shard')}"
-            for s in info["splits"]
+    splits = [
+        {"name": s["name"], "episodes": sum(int(n) for n in s["shardLengths"]), "shards": len(s["shardLengths"])}
+        for s in info["splits"]
+    ]
+    extras: dict[str, Any] = {"name": info.get("name"), "splits": splits}
+    mapping = info.get("report")
+    if mapping is not None:  # a LeRobot source: the mapping's validation report, written beside OUT
+        extras.update(mapping=mapping["totals"], valid=mapping["validation"]["ok"], report=f"{out.rstrip('/')}.report.json")
+    report = ConvertReport.of(
+        extras, action="export", fmt="rlds", source=dataset, seconds=seconds, path=out, version=info.get("version"),
+        bytes=folder_bytes(out), warnings=[str(w) for w in (mapping or {}).get("warnings", [])],
+        **(
+            {"episodes": mapping["totals"]["episodes_out"], "steps": mapping["totals"]["steps_out"]}
+            if mapping is not None
+            else _episode_counts(dataset, split, storage_options)
+        ),
+    )
+    echo_convert_report(report, as_json, quiet)
+    if mapping is not None and not quiet and not as_json:
+        t, verdict = mapping["totals"], "valid" if mapping["validation"]["ok"] else "INVALID"
+        click.echo(
+            f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
+            f"{len(mapping['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
         )
-        click.echo(f"Exported {dataset} to {out} (RLDS): {splits}")
-        if "report" in info:
-            t = info["report"]["totals"]
-            verdict = "valid" if info["report"]["validation"]["ok"] else "INVALID"
-            click.echo(
-                f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
-                f"{len(info['report']['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
-            )
 
 
 @check_group.command("rlds")

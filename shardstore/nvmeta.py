@@ -256,7 +256,7 @@ def read_info(storage: Storage) -> DatasetInfo:
             except (ValueError, RecursionError) as e:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
-                raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
+                raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts", noun="key")
             counts = {
                 contained_path(k, storage.url(), storage.url(path)): v
                 for k, v in _shard_counts(raw["shard_counts"], storage.url(path)).items()
@@ -287,7 +287,7 @@ def _shard_counts(raw: dict[Any, Any], where: str) -> dict[str, int]:
     counts = {}
     for name, count in raw.items():
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_SHARD_SAMPLES:
-            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}")
+            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}", noun="key")
         counts[str(name)] = count
     return counts
 
@@ -318,7 +318,7 @@ def read_splits_if_any(storage: Storage, name: str = SPLIT_YAML) -> Splits | Non
         if data is not None:
             raw = _load_yaml(data, storage.url(path))
             if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
-                raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
+                raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts", noun="key")
             parts = {str(k): _patterns(v, storage.url(path), f"split_parts {k}") for k, v in raw["split_parts"].items()}
             exclude = _patterns(raw.get("exclude"), storage.url(path), "exclude")
             return Splits(parts, exclude)
@@ -415,7 +415,7 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
         for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,)), ("fingerprint", (str,))):
             value = entry.get(key)
             if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and isinstance(value, int) and value < 0)):
-                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
+                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}", noun="key")
     if version > SHARDSTORE_FORMAT:
         raise IndexVersionError(
             f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "

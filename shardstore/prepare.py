@@ -145,7 +145,7 @@ def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
             try:
                 re.compile(expanded)
             except re.error as e:
-                raise ConfigError(f"invalid split part regex {expanded!r}: {e}", member=f"split_parts {name}") from e
+                raise ConfigError(f"invalid split part regex {expanded!r}: {e}", member=f"--split-parts {name}", noun="option") from e
         out.append((name, pattern))
     return out
 

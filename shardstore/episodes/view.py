@@ -662,19 +662,19 @@ class Episodes:
             return values  # type: ignore[return-value]
         where = f"episode {episode.index}, field {name!r}"
         if f.kind != "media" or f.encoding != "pickle":
-            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where)
+            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where, noun="")
         if not allow_pickle:
             raise PickleNotAllowedError(
                 "pickled steps (an episode-frame import): to_dict(allow_pickle=True) decodes them through "
                 "the restricted unpickler (numpy and builtins only)",
-                path=self.dataset.url, member=where,
+                path=self.dataset.url, member=where, noun="",
             )
         out = []
         for t, data in enumerate(values):
             try:
                 out.append(np.asarray(safepickle.loads(bytes(data))))  # type: ignore[arg-type]
             except ShardstoreError as err:
-                raise type(err)(err.detail, path=self.dataset.url, member=f"{where}, step {t}") from None
+                raise type(err)(err.detail, path=self.dataset.url, member=f"{where}, step {t}", noun="") from None
         return np.stack(out) if out else np.empty((0, *f.shape), dtype=np.dtype(f.dtype or "u1"))
 
     def __repr__(self) -> str:

@@ -403,7 +403,7 @@ def mount(
     its last component, removed again by the unmount.
     """
     if layout not in LAYOUTS:
-        raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
+        raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout", noun="argument")
     if isinstance(dataset, Dataset):
         url = dataset.url
         storage_options = storage_options if storage_options is not None else dataset.storage_options

@@ -532,4 +532,13 @@ def test_cli_check_import_export(sources: dict[str, Path], tmp_path: Path) -> No
         env=env,
     )
     assert again.returncode == 1, again.stderr
-    assert "already exists" in again.stderr
+    assert "already holds a LeRobot dataset" in again.stderr and "--force" in again.stderr
+    forced = subprocess.run(
+        [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30"), "--version", "2.1", "--force", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["version"] == "v2.1"
+    assert json.loads((tmp_path / "v30/meta/info.json").read_text())["codebase_version"] == "v2.1"
