@@ -34,7 +34,7 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ShardstoreError as e:
-            click.echo(f"shardstore: error: {e}", err=True)
+            echo_error(e, as_json=bool(kwargs.get("as_json")))
             sys.exit(1)
         except BrokenPipeError:  # `shardstore ls | head`
             sys.stderr.close()
@@ -44,6 +44,17 @@ def handle_errors(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+def echo_error(e: ShardstoreError, as_json: bool) -> None:
+    """One line on stderr, or with --json one object on stdout (what a script parses):
+    ``{"error": {"type", "message", "detail", "path", "member", "offset"}}``."""
+    if as_json:
+        fields = {"type": type(e).__name__, "message": str(e), "detail": e.detail, "path": e.path,
+                  "member": e.member, "offset": e.offset}
+        click.echo(json.dumps({"error": fields}, default=str))
+    else:
+        click.echo(f"shardstore: error: {e}", err=True)
 
 
 def json_option(fn: F) -> F:
@@ -154,7 +165,7 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--split-ratio", help="Train/val/test ratio, e.g. 8,1,1 or 0.8,0.1,0.1.")
 @click.option("--split-parts", multiple=True, help="NAME:REGEX (repeatable); a split from shard paths matching REGEX.")
 @click.option("--exclude", help="Skip shards whose relative path matches this regex (re.search).")
-@click.option("--num-workers", type=int, default=None, help="Worker processes for scanning (default: CPU count).")
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Worker processes for scanning, at least 1 (default: CPU count).")
 @click.option("--shuffle-tars", is_flag=True, help="Shuffle the shards (seed 42, as Energon) before a ratio split.")
 @click.option("--tar-index-only", is_flag=True, help="Only (re)write the .tar.idx files of the shards in .info.json.")
 @click.option("--force-overwrite", is_flag=True, help="Prepare again even if .nv-meta exists.")
@@ -643,7 +654,7 @@ def preview_command(
 
     items = preview(path, n=n, split=split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     if as_json:
-        echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.parts} for i in items])
+        echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.values} for i in items])
         return
     for item in items:
         click.echo(f"[{item.position}] {item.key}  ({item.shard})")
@@ -754,7 +765,7 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
 @click.option("--media-metadata-by-glob", default=None, help="Files whose name matches these globs, e.g. '*.jpg,*.mp4'.")
 @click.option("--media-metadata-by-header", is_flag=True, help="Files whose first bytes are an image, audio or video.")
 @click.option("--media-metadata-by-extension", is_flag=True, help="Files with an image, audio or video extension.")
-@click.option("--num-workers", type=int, default=None, help="Parallel probes (default: CPU count; 16 for remote).")
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Parallel probes, at least 1 (default: CPU count; 16 for remote).")
 @click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @storage_options_option
@@ -980,7 +991,7 @@ def _episode_wds_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 @import_group.command("episode-wds")
-@click.argument("src", type=click.Path(exists=True))
+@click.argument("src")
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--blend-yaml", is_flag=True, help="For a root of several tasks: also write OUT/blend.yaml blending them uniformly.")
 @click.option("--allow-pickle", is_flag=True,

@@ -524,6 +524,30 @@ def describe_part(part: str, data: bytes, width: int = 120) -> str:
     return f"{len(data)} bytes"
 
 
+def part_value(part: str, data: bytes) -> Any:
+    """What a part holds as a JSON value (``preview --json``): a json part's value, a text part's
+    string, an int part's number; anything else (images, arrays, bytes) its ``describe_part`` line,
+    unclipped. Never raises on bad data."""
+    ext = extension(part)
+    try:
+        if ext in ("json", "jsn"):
+            return json.loads(data)
+        if DEFAULT_DECODERS.get(ext) in (_text, _int):
+            return DEFAULT_DECODERS[ext](data)
+    except (ValueError, RecursionError):
+        pass
+    return describe_part(part, data, width=1 << 62)
+
+
+def sample_values(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """``{part: part_value}`` for the parts of a raw sample, in tar order."""
+    return {
+        name: part_value(name, bytes(value))
+        for name, value in sample.items()
+        if not name.startswith("__") and isinstance(value, (bytes, bytearray, memoryview))
+    }
+
+
 def describe_sample(sample: Mapping[str, Any], width: int = 120) -> dict[str, str]:
     """``{part: description}`` for the parts of a raw sample, in tar order."""
     return {

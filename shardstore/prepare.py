@@ -117,7 +117,9 @@ def worker_count(requested: int | None, shards: int, local: bool) -> int:
     """Scan workers for ``shards`` shards: ``requested`` (``--num-workers``) or the default (the
     cores; for remote shards at least 16 threads, which mostly wait on the network), never more
     than the shards nor than a few per core (a worker beyond that only costs memory and a fork:
-    ``--num-workers 2000`` once started 2,000 processes for 4 shards), never fewer than one."""
+    ``--num-workers 2000`` once started 2,000 processes for 4 shards); ``ConfigError`` for fewer than one."""
+    if requested is not None and requested < 1:
+        raise ConfigError(f"must be at least 1, not {requested}", member="num_workers", noun="argument")
     cores = os.cpu_count() or 1
     default, cap = (cores, 4 * cores) if local else (max(16, cores), max(64, 4 * cores))
     return max(1, min(requested or default, shards, cap))
@@ -415,6 +417,7 @@ def prepare(
     """
     t0 = time.perf_counter()
     media = MediaFilter.parse(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    worker_count(num_workers, 1, True)  # refuses num_workers < 1 before anything is touched
     if media is not None and (tar_index_only or os.fspath(path).endswith(".jsonl")):
         raise ConfigError("media metadata cannot be combined with tar_index_only (--tar-index-only) or a JSONL file, as in Energon")
     if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written

@@ -153,6 +153,20 @@ def _json(data: bytes, path: str) -> Any:
         raise LeRobotFormatError(f"not valid JSON: {type(e).__name__}: {e}", path=path) from e
 
 
+def _whole(row: dict[str, Any], key: str, where: str, n: int) -> int:
+    """``row[key]`` as a whole number, else a ``LeRobotFormatError`` naming the file, the row (the
+    ``n``-th object) and the field: ``'length' is 'twelve', not a whole number``."""
+    value = row.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    what = "missing" if value is None else f"{value!r}, not a whole number"
+    raise LeRobotFormatError(f"row {n}: {key!r} is {what}", path=where)
+
+
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
     """One JSON object per line (blank lines allowed); anything else names the line."""
     rows = []
@@ -230,13 +244,15 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
     stats_rows = _jsonl(
         meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl")
     )
-    stats = {int(r["episode_index"]): r.get("stats", {}) for r in stats_rows}
+    stats_where = storage.url("meta/episodes_stats.jsonl")
+    stats = {_whole(r, "episode_index", stats_where, i): r.get("stats", {}) for i, r in enumerate(stats_rows, 1)}
     where = storage.url("meta/episodes.jsonl")
-    for row in _jsonl(meta.files["meta/episodes.jsonl"], where):
-        try:
-            ep, length, ep_tasks = int(row["episode_index"]), int(row["length"]), list(row.get("tasks", []))
-        except (KeyError, TypeError, ValueError) as e:
-            raise LeRobotFormatError(f"episode row {row} lacks {e}", path=where) from e
+    for i, row in enumerate(_jsonl(meta.files["meta/episodes.jsonl"], where), 1):
+        ep, length = _whole(row, "episode_index", where, i), _whole(row, "length", where, i)
+        tasks_value = row.get("tasks", [])
+        if not isinstance(tasks_value, list):
+            raise LeRobotFormatError(f"row {i}: 'tasks' is {tasks_value!r}, not a list", path=where)
+        ep_tasks = list(tasks_value)
         chunk = ep // info["chunks_size"]
         data = fill(info["data_path"], storage.url(INFO), episode_chunk=chunk, episode_index=ep)
         videos = {

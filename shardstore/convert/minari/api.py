@@ -120,6 +120,11 @@ def locate(src: str | os.PathLike[str]) -> tuple[Path | None, Path]:
     folder, a ``main_data.hdf5`` file, or a dataset id under ``datasets_root()``."""
     path = Path(src)
     if path.is_file():
+        if path.name != minari_hdf5.MAIN_FILE:
+            raise EpisodeFormatError(
+                f"not a Minari dataset: give its folder, its data folder or its {minari_hdf5.MAIN_FILE}",
+                path=os.path.abspath(path),
+            )
         return None, path.parent
     if path.is_dir():
         if (path / "data").is_dir():
@@ -167,7 +172,7 @@ def inspect_source(src: str | os.PathLike[str]) -> MinariSource:
         return MinariSource(dataset_dir, data, version, "hdf5", None, attrs, found, False)
     if data.is_dir() and minari_arrow.episode_dirs(data):
         raise EpisodeFormatError("missing: a Minari 0.5 dataset needs it", path=str(meta_path))
-    raise EpisodeFormatError(f"not a Minari dataset (no {minari_hdf5.MAIN_FILE} or {METADATA_JSON})", path=str(data))
+    raise EpisodeFormatError(f"not a Minari dataset (no {minari_hdf5.MAIN_FILE} or {METADATA_JSON})", path=os.path.abspath(data))
 
 
 def _source_files(source: MinariSource) -> dict[str, bytes]:

@@ -590,4 +590,10 @@ def export_rlds(
         )
         with open(os.path.join(out, DATASET_INFO_JSON)) as f:
             return dict(json.load(f), report=report)
-    return write_rlds(stream, out, name=name, force=force)
+    try:
+        return write_rlds(stream, out, name=name, force=force)
+    except EpisodeFormatError as e:
+        if e.path is not None:
+            raise
+        # a field TFDS cannot hold is the dataset's: name it (features.py knows only the schema)
+        raise type(e)(e.detail, path=str(dataset), member=e.member, offset=e.offset, noun=e.noun) from None
