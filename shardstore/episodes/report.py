@@ -58,9 +58,10 @@ class ConvertReport:
                 if name in values and key not in common and _fits(key, values[name]):
                     common[key] = values.pop(name)
         common.update(known)
+        path = str(common.get("path", ""))
         return cls(
             action=action,
-            path=str(common.get("path", "")),
+            path=path if "://" in path or not path else os.path.abspath(path),
             source=source,
             format=fmt,
             version=None if common.get("version") is None else str(common["version"]),
