@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from shardstore.convert.lerobot.meta import column_numpy
+from shardstore.convert.lerobot.meta import column_numpy, tasks_table
 from shardstore.convert.lerobot.stats import image_stats, merge, sample_indices, vector_stats
 from shardstore.episodes.video import import_av, scheduling_kept
 
@@ -296,8 +296,7 @@ def make_lerobot(
         pq.write_table(
             pa.Table.from_pylist(rows), os.path.join(out, "meta/episodes/chunk-000/file-000.parquet")
         )
-        tasks = pa.table({"task_index": pa.array(range(len(TASKS)), pa.int64()), "__index_level_0__": TASKS})
-        pq.write_table(tasks, os.path.join(out, "meta/tasks.parquet"))
+        pq.write_table(tasks_table(TASKS), os.path.join(out, "meta/tasks.parquet"))  # as LeRobot's to_parquet
         with open(os.path.join(out, "meta/stats.json"), "w") as f:
             json.dump(  # the episodes' stats merged as LeRobot merges them (stats.merge)
                 {k: {s: np.asarray(v).tolist() for s, v in merge([e[k] for e in stats]).items()} for k in stats[0]},

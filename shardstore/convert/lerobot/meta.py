@@ -19,7 +19,7 @@ import contextlib
 import io
 import json
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,6 +273,32 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
         meta.episodes.append(
             EpisodeEntry(ep, length, ep_tasks, data, None, videos, row, _stats_numpy(stats.get(ep, {})))
         )
+
+
+def tasks_table(tasks: Sequence[str]) -> Any:
+    """v3.0's ``meta/tasks.parquet`` as LeRobot writes it (``DataFrame.to_parquet`` of a frame
+    indexed by the task string): columns ``task_index`` and ``task``, and the pandas metadata that
+    makes ``task`` the index again when LeRobot reads it (``tasks.iloc[i].name`` is then the
+    string; without it LeRobot's items get the row number as their ``task``)."""
+    import_arrow()  # pyarrow is there, or the error naming the extra
+    import pyarrow as pa
+
+    pandas_meta = {
+        "index_columns": ["task"],
+        "column_indexes": [
+            {"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": {"encoding": "UTF-8"}},
+        ],
+        "columns": [
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
+            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+        ],
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.0",
+    }
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(list(tasks), pa.string())})
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
 def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:

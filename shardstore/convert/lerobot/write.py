@@ -36,7 +36,7 @@ from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
 from ...episodes.video import VideoRef, import_av, scheduling_kept
 from ...errors import LeRobotFormatError
-from .meta import VERSIONS, flatten_stats, import_arrow
+from .meta import VERSIONS, flatten_stats, import_arrow, tasks_table
 
 __all__ = ["WriteReport", "write_lerobot"]
 
@@ -341,8 +341,7 @@ class _Writer:
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
             rows.append(row)
         pq.write_table(pa.Table.from_pylist(rows), self._out(V30_EPISODES))
-        table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "__index_level_0__": tasks})
-        pq.write_table(table, self._out("meta/tasks.parquet"))
+        pq.write_table(tasks_table(tasks), self._out("meta/tasks.parquet"))
         self._json("meta/stats.json", _listed(aggregate_stats([r["stats"] for r in self.rows])))
 
     # ----- files ---------------------------------------------------------------------------------
