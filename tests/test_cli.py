@@ -471,10 +471,12 @@ def test_check_formats_are_subcommands_with_their_own_help(prepared: Path) -> No
     (issue 26, point 5): their --help is theirs, not the dataset check's."""
     from shardstore.cli import check_group
 
-    assert {"dataset", "lerobot", "rlds"} <= set(check_group.commands)
-    for fmt, words in (("lerobot", "LeRobot checklist"), ("rlds", "RLDS rules")):
+    assert set(check_group.commands) == {"dataset", "lerobot", "rlds", "minari", "episode-wds"}
+    for fmt, words in (("lerobot", "LeRobot checklist"), ("rlds", "RLDS rules"), ("minari", "Minari's"),
+                       ("episode-wds", "episode-frame")):
         out = run("check", fmt, "--help").stdout
-        assert f"check {fmt} [OPTIONS] SRC" in out and words in out and "--deep" not in out
+        assert f"check {fmt} [OPTIONS] SRC" in out and words in out, fmt
+        assert "--deep" in out and "--ref" not in out  # its own options, not the dataset check's
     assert "check dataset [OPTIONS] PATH" in run("check", "dataset", "--help").stdout
     group_help = run("check", "--help").stdout
     assert "lerobot" in group_help and "rlds" in group_help and "dataset" in group_help
