@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import test_stale_reads
 from click.testing import CliRunner
 from test_stale_reads import KEYS, SHARD, payload, rewrite_same_size, write_shard
 
@@ -26,15 +27,7 @@ from shardstore.cli import main
 from shardstore.errors import StaleIndexError
 from shardstore.filestores import IndexedTarStore
 
-
-@pytest.fixture
-def original(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("SHARDSTORE_CACHE", str(tmp_path / "cache"))
-    root = tmp_path / "orig"
-    write_shard(root / SHARD, KEYS)
-    write_shard(root / "parts/b.tar", ["m0", "m1"])
-    shardstore.prepare(str(root), split_ratio="1,0,0", num_workers=1)
-    return root
+ds_path = test_stale_reads.ds_path  # the fixture: a prepared dataset of two shards, to copy
 
 
 def _all_reads_work(root: Path) -> None:
@@ -49,27 +42,27 @@ def _all_reads_work(root: Path) -> None:
     assert res.exit_code == 0, res.output
 
 
-def test_prepare_records_a_fingerprint_per_shard(original: Path) -> None:
-    shards = json.loads((original / ".nv-meta/shardstore.json").read_text())["shards"]
+def test_prepare_records_a_fingerprint_per_shard(ds_path: Path) -> None:
+    shards = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
     assert set(shards) == {SHARD, "parts/b.tar"}
     for entry in shards.values():
         assert entry["fingerprint"].startswith(shardprint.SCHEME + ":")
     assert shards[SHARD]["fingerprint"] != shards["parts/b.tar"]["fingerprint"]
 
 
-def test_cp_r_copy_reads(original: Path, tmp_path: Path) -> None:
+def test_cp_r_copy_reads(ds_path: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
-    subprocess.run(["cp", "-r", str(original), str(copy)], check=True)  # no -p: mtimes are the copy's
-    os.utime(copy / SHARD, ns=(0, (original / SHARD).stat().st_mtime_ns + 5_000_000_000))
-    assert (copy / SHARD).stat().st_mtime != (original / SHARD).stat().st_mtime
+    subprocess.run(["cp", "-r", str(ds_path), str(copy)], check=True)  # no -p: mtimes are the copy's
+    os.utime(copy / SHARD, ns=(0, (ds_path / SHARD).stat().st_mtime_ns + 5_000_000_000))
+    assert (copy / SHARD).stat().st_mtime != (ds_path / SHARD).stat().st_mtime
     _all_reads_work(copy)
 
 
-def test_scp_like_copy_read_only_reads(original: Path, tmp_path: Path) -> None:
+def test_scp_like_copy_read_only_reads(ds_path: Path, tmp_path: Path) -> None:
     """Every shard with a new mtime (as scp or a download gives), and the copy read-only (a shared
     copy that cannot be prepared again)."""
     copy = tmp_path / "copy"
-    shutil.copytree(original, copy, copy_function=shutil.copyfile)  # bytes only, no metadata
+    shutil.copytree(ds_path, copy, copy_function=shutil.copyfile)  # bytes only, no metadata
     for shard in (SHARD, "parts/b.tar"):
         os.utime(copy / shard, (1_000_000_000, 1_000_000_000))
     for path in sorted(copy.rglob("*"), reverse=True):
@@ -83,10 +76,10 @@ def test_scp_like_copy_read_only_reads(original: Path, tmp_path: Path) -> None:
 
 
 def test_copied_shard_is_verified_once_then_one_pread_a_read(
-    original: Path, tmp_path: Path, record_preads: Callable[[], list[tuple[int, int]]]
+    ds_path: Path, tmp_path: Path, record_preads: Callable[[], list[tuple[int, int]]]
 ) -> None:
     copy = tmp_path / "copy"
-    shutil.copytree(original, copy, copy_function=shutil.copyfile)
+    shutil.copytree(ds_path, copy, copy_function=shutil.copyfile)
     os.utime(copy / SHARD, (1_000_000_000, 1_000_000_000))
     ds = shardstore.open(str(copy))
     reads = record_preads()
@@ -98,37 +91,37 @@ def test_copied_shard_is_verified_once_then_one_pread_a_read(
     assert len(reads) == len(KEYS)  # checked once per shard open, not per read
 
 
-def test_same_size_rewrite_in_a_copy_is_still_refused(original: Path) -> None:
-    rewrite_same_size(original, keep_mtime=False)
+def test_same_size_rewrite_in_a_copy_is_still_refused(ds_path: Path) -> None:
+    rewrite_same_size(ds_path, keep_mtime=False)
     with pytest.raises(StaleIndexError, match=r"rewritten in place") as info:
-        shardstore.open(str(original))[0]
+        shardstore.open(str(ds_path))[0]
     assert "a.tar" in str(info.value) and "headers" in str(info.value) and "\n" not in str(info.value)
-    res = CliRunner().invoke(main, ["check", str(original)])
+    res = CliRunner().invoke(main, ["check", str(ds_path)])
     assert res.exit_code == 1 and "rewritten in place" in res.output
-    res = CliRunner().invoke(main, ["cat", str(original), "k0.bin"])
+    res = CliRunner().invoke(main, ["cat", str(ds_path), "k0.bin"])
     assert res.exit_code == 1 and "a.tar" in res.stderr
-    assert shardstore.open(str(original)).get("m1")["txt"] == payload("m1", "txt")  # the other shard reads on
+    assert shardstore.open(str(ds_path)).get("m1")["txt"] == payload("m1", "txt")  # the other shard reads on
 
 
-def test_index_without_fingerprint_names_the_copy_as_a_likely_cause(original: Path) -> None:
+def test_index_without_fingerprint_names_the_copy_as_a_likely_cause(ds_path: Path) -> None:
     """A dataset prepared before fingerprints: a changed mtime cannot be told from a rewrite."""
-    meta = original / ".nv-meta/shardstore.json"
+    meta = ds_path / ".nv-meta/shardstore.json"
     data = json.loads(meta.read_text())
     for entry in data["shards"].values():
         del entry["fingerprint"]
     meta.write_text(json.dumps(data))
-    os.utime(original / SHARD, (1_000_000_000, 1_000_000_000))
+    os.utime(ds_path / SHARD, (1_000_000_000, 1_000_000_000))
     with pytest.raises(StaleIndexError, match=r"copied without keeping mtimes") as info:
-        shardstore.open(str(original)).get("k0")
+        shardstore.open(str(ds_path)).get("k0")
     assert "prepare" in str(info.value)
 
 
-def test_prepare_update_keeps_the_fingerprint_of_kept_shards(original: Path) -> None:
-    before = json.loads((original / ".nv-meta/shardstore.json").read_text())["shards"]
-    write_shard(original / "parts/c.tar", ["n0"])
-    shardstore.prepare(str(original), update=True, num_workers=1)
-    after = json.loads((original / ".nv-meta/shardstore.json").read_text())["shards"]
+def test_prepare_update_keeps_the_fingerprint_of_kept_shards(ds_path: Path) -> None:
+    before = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
+    write_shard(ds_path / "parts/c.tar", ["n0"])
+    shardstore.prepare(str(ds_path), update=True, num_workers=1)
+    after = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
     assert after[SHARD]["fingerprint"] == before[SHARD]["fingerprint"]
     assert after["parts/c.tar"]["fingerprint"].startswith(shardprint.SCHEME)
-    os.utime(original / SHARD, (1_000_000_000, 1_000_000_000))
-    assert shardstore.open(str(original)).get("k4")["bin"] == payload("k4", "bin")
+    os.utime(ds_path / SHARD, (1_000_000_000, 1_000_000_000))
+    assert shardstore.open(str(ds_path)).get("k4")["bin"] == payload("k4", "bin")

@@ -6,12 +6,11 @@ tests/convert/rlds_source.py) and every count is checked against them."""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import test_minari
 from click.testing import CliRunner
 from rlds_source import write_rlds_source
 
@@ -44,19 +43,7 @@ def summary_line(*args: object) -> str:
     return res.stdout.splitlines()[0]
 
 
-@pytest.fixture(scope="module")
-def minari_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    import minari_sources
-
-    root = tmp_path_factory.mktemp("minari")
-    old = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
-    minari_sources.cartpole("cartpole/hdf5-v0", 3)
-    yield root
-    if old is None:
-        os.environ.pop("MINARI_DATASETS_PATH", None)
-    else:
-        os.environ["MINARI_DATASETS_PATH"] = old
+minari_root = test_minari.minari_root  # the fixture: MINARI_DATASETS_PATH with the sources of test_minari
 
 
 def test_rlds_and_episode_wds(tmp_path: Path) -> None:
@@ -100,13 +87,13 @@ def test_minari(tmp_path: Path, minari_root: Path) -> None:
 
     total = minari.load_dataset("cartpole/hdf5-v0").total_steps
     imported = report("import", "minari", "cartpole/hdf5-v0", tmp_path / "ds")
-    assert (imported["format"], imported["episodes"], imported["steps"]) == ("minari", 3, total)
-    assert imported["version"] and imported["extras"]["splits"] == {"train": 3}
+    assert (imported["format"], imported["episodes"], imported["steps"]) == ("minari", 5, total)
+    assert imported["version"] and imported["extras"]["splits"] == {"train": 5}
     exported = report("export", "minari", tmp_path / "ds", minari_root / "copy-v0")
-    assert (exported["episodes"], exported["steps"], exported["format"]) == (3, total, "minari")
+    assert (exported["episodes"], exported["steps"], exported["format"]) == (5, total, "minari")
     assert minari.load_dataset("copy-v0").total_steps == total
     line = summary_line("import", "minari", "cartpole/hdf5-v0", tmp_path / "ds", "--force")
-    assert line.startswith(f"Imported 3 episodes, {total} steps (") and "(Minari " in line
+    assert line.startswith(f"Imported 5 episodes, {total} steps (") and "(Minari " in line
 
 
 @pytest.mark.parametrize(
