@@ -662,12 +662,12 @@ class Episodes:
             return values  # type: ignore[return-value]
         where = f"episode {episode.index}, field {name!r}"
         if f.kind != "media" or f.encoding != "pickle":
-            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where, noun="", noun="")
+            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where, noun="")
         if not allow_pickle:
             raise PickleNotAllowedError(
                 "pickled steps (an episode-frame import): to_dict(allow_pickle=True) decodes them through "
                 "the restricted unpickler (numpy and builtins only)",
-                path=self.dataset.url, member=where, noun="", noun="",
+                path=self.dataset.url, member=where, noun="",
             )
         out = []
         for t, data in enumerate(values):
