@@ -10,12 +10,20 @@ PIP := $(PY) -m pip
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
 	@echo "make test   - install everything the tests need and run the whole suite"
+	@echo "              (as root it also apt-get installs FUSE 3 and Ceph system-wide: see README)"
+	@echo "make test-fast - the suite without the tests marked slow, stopping at the first failure"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
 	@echo "make bench-quick - the same scripts on tiny data (a few minutes; figures mean nothing)"
 
-$(VENV)/.installed: pyproject.toml setup.py shardstore/_tarwalk.c shardstore/_fusefast.c
+# Two steps in one venv: `make demo` needs only the package and Pillow (`.base`, well under a minute);
+# `make test` adds the whole tool chain on top (torch, megatron-energon, minari, moto, ruff, mypy, ...).
+$(VENV)/.base: pyproject.toml setup.py shardstore/_tarwalk.c shardstore/_fusefast.c
 	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -e '.[demo]'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.base
 	$(PIP) install -q --upgrade pip
 	# torch first, pinned: the CPU wheel on this machine's disk, never a CUDA build from the index
 	$(PIP) install -q torch==2.13.0
@@ -64,8 +72,9 @@ test: venv system-deps energon6 tfds
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow" tests
 
-demo: venv
+demo: $(VENV)/.base
 	$(PY) tools/demo.py
+	@echo "shardstore is installed in $(VENV): run \`source $(VENV)/bin/activate\` to put \`shardstore\` on PATH"
 
 lint: venv
 	$(PY) -m ruff check shardstore nv_meta_schema tools tests

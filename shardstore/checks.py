@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from . import metaswap, nvmeta
+from . import metaswap, nvmeta, shardprint
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
@@ -140,13 +140,14 @@ class Problem:
     detail: str
     member: str | None = None
     offset: int | None = None
+    noun: str = "member"  # what ``member`` is (``place_message``); in the message, not the JSON
 
     def __str__(self) -> str:
-        return place_message(self.detail, self.path, self.member, self.offset)
+        return place_message(self.detail, self.path, self.member, self.offset, self.noun)
 
     @classmethod
     def from_error(cls, kind: str, err: ShardstoreError, default_path: str) -> Problem:
-        return cls(kind, err.path or default_path, err.detail, err.member, err.offset)
+        return cls(kind, err.path or default_path, err.detail, err.member, err.offset, err.noun)
 
 
 @dataclass
@@ -172,7 +173,9 @@ class CheckReport:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ok"] = self.ok
-        d["problems"] = [{**asdict(p), "message": str(p)} for p in self.problems]
+        d["problems"] = [
+            {**{k: v for k, v in asdict(p).items() if k != "noun"}, "message": str(p)} for p in self.problems
+        ]
         return d
 
 
@@ -535,7 +538,13 @@ def _check_shard(
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
         local = storage.local_path("") is not None
-        why = nvmeta.shard_changed(stats.get(shard) if stats is not None else None, stat, end, local)
+        recorded = stats.get(shard) if stats is not None else None
+        same_bytes = (
+            (lambda: shardprint.matches(storage, shard, offsets, recorded.get("fingerprint")))
+            if offsets is not None and recorded is not None
+            else None
+        )
+        why = nvmeta.shard_changed(recorded, stat, end, local, same_bytes)
         if why is not None:
             problems.add(Problem("shard", storage.url(shard), why))
             shard_ok = False

@@ -7,10 +7,11 @@ sqlite3 nor fsspec directly.
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import functools
 import json
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -18,6 +19,8 @@ import click
 
 from . import nvmeta
 from .errors import ShardstoreError
+from .humanize import human_bytes as _human_bytes
+from .humanize import plural as _plural
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,7 +34,7 @@ def handle_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ShardstoreError as e:
-            click.echo(f"shardstore: error: {e}", err=True)
+            echo_error(e, as_json=bool(kwargs.get("as_json")))
             sys.exit(1)
         except BrokenPipeError:  # `shardstore ls | head`
             sys.stderr.close()
@@ -41,6 +44,17 @@ def handle_errors(fn: F) -> F:
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]
+
+
+def echo_error(e: ShardstoreError, as_json: bool) -> None:
+    """One line on stderr, or with --json one object on stdout (what a script parses):
+    ``{"error": {"type", "message", "detail", "path", "member", "offset"}}``."""
+    if as_json:
+        fields = {"type": type(e).__name__, "message": str(e), "detail": e.detail, "path": e.path,
+                  "member": e.member, "offset": e.offset}
+        click.echo(json.dumps({"error": fields}, default=str))
+    else:
+        click.echo(f"shardstore: error: {e}", err=True)
 
 
 def json_option(fn: F) -> F:
@@ -108,7 +122,7 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(package_name="shardstore")
+@click.version_option(None, "-V", "--version", package_name="shardstore")
 def main() -> None:
     """Index WebDataset tar shards and read them at random, locally or on S3.
 
@@ -160,7 +174,7 @@ def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None
 @click.option("--split-ratio", help="Train/val/test ratio, e.g. 8,1,1 or 0.8,0.1,0.1.")
 @click.option("--split-parts", multiple=True, help="NAME:REGEX (repeatable); a split from shard paths matching REGEX.")
 @click.option("--exclude", help="Skip shards whose relative path matches this regex (re.search).")
-@click.option("--num-workers", type=int, default=None, help="Worker processes for scanning (default: CPU count).")
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Worker processes for scanning, at least 1 (default: CPU count).")
 @click.option("--shuffle-tars", is_flag=True, help="Shuffle the shards (seed 42, as Energon) before a ratio split.")
 @click.option("--tar-index-only", is_flag=True, help="Only (re)write the .tar.idx files of the shards in .info.json.")
 @click.option("--force-overwrite", is_flag=True, help="Prepare again even if .nv-meta exists.")
@@ -328,21 +342,8 @@ def _already_prepared(path: str, storage_options: dict[str, Any] | None) -> bool
 
 
 # ----- inspection: info, check, ls, cat (shardstore/inspection.py, checks.py) -------------------
-def _human_bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
-    return f"{n} B"
-
-
 def _format_label(energon_version: str) -> str:
     return "format version not recorded" if energon_version == "unknown" else f"Energon {energon_version} format"
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _is_metadataset(path: str) -> bool:
@@ -449,15 +450,37 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
         click.echo(f"  {label:<12} {value}")
 
 
-@main.command("check")
+class _DefaultGroup(_Group):
+    """A group whose first argument, when it names no subcommand, goes to ``default``: ``check PATH``
+    is ``check dataset PATH`` while ``check lerobot SRC`` is the LeRobot checklist. Each outside
+    format adds its check as one subcommand (``@check_group.command("NAME")``)."""
+
+    default = "dataset"
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [self.default, *args]
+        return super().parse_args(ctx, args)
+
+
+@main.group("check", cls=_DefaultGroup, subcommand_metavar="PATH | FORMAT SRC [OPTIONS]")
+def check_group() -> None:
+    """Check a prepared dataset (`check PATH`), or an outside format's source (`check FORMAT SRC`).
+
+    `check PATH` is `check dataset PATH` (a folder literally named like a format: `check ./lerobot`).
+    Exits with 1 and lists the problems if there are any.
+
+    \b
+    Example:
+      shardstore check ./ds --deep
+      shardstore check lerobot ./my_lerobot
+      shardstore check rlds ./robo/1.0.0 --json
+    """
+
+
+@check_group.command("dataset")
 @click.argument("path")
-@click.argument("source", required=False)
-@click.option(
-    "--deep",
-    is_flag=True,
-    help="Also walk every shard's tar headers: each part's range must hold that member. With FORMAT: "
-    "every row, statistic and video packet (see docs/robotics.md).",
-)
+@click.option("--deep", is_flag=True, help="Also walk every shard's tar headers: each part's range must hold that member.")
 @click.option(
     "--ref",
     "refs",
@@ -472,7 +495,6 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 @handle_errors
 def check_command(
     path: str,
-    source: str | None,
     deep: bool,
     refs: tuple[str, ...],
     progress: bool,
@@ -480,7 +502,7 @@ def check_command(
     quiet: bool,
     as_json: bool,
 ) -> None:
-    """Check a prepared dataset: schema, shards, .tar.idx files and index agree.
+    """Check a prepared dataset: schema, shards, .tar.idx files and index agree (the default of `check`).
 
     Checks the .nv-meta files against their schema; that every shard exists with the size it had
     at prepare; that each .tar.idx agrees with index.sqlite and .info.json. With --deep, also reads
@@ -490,21 +512,9 @@ def check_command(
     \b
     Example:
       shardstore check ./ds
-      shardstore check ./ds --deep --json
+      shardstore check dataset ./ds --deep --json
       shardstore check meta.yaml --ref 'json[image]'
-      shardstore check lerobot ./my_lerobot
-      shardstore check rlds ./robo/1.0.0 --json
-      shardstore check lerobot ./my_lerobot --deep
-      shardstore check minari ./door-human-v2 --deep --json
     """
-    if source is not None and (deep or path in DEEP_CHECKS and path not in FORMAT_CHECKS):
-        _format_check(path, source, deep, storage_options, quiet, as_json, progress)
-        return
-    if source is not None:  # `check FORMAT SRC`: an outside format's checklist
-        if path not in FORMAT_CHECKS:
-            raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(FORMAT_CHECKS)}, not {path!r}")
-        FORMAT_CHECKS[path](source, storage_options, quiet, as_json)
-        return
     if _is_metadataset(path):  # every dataset and aux path; with --ref, every referenced aux file
         from .metadataset import metadataset_check
 
@@ -653,7 +663,7 @@ def preview_command(
 
     items = preview(path, n=n, split=split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     if as_json:
-        echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.parts} for i in items])
+        echo_json([{"position": i.position, "key": i.key, "shard": i.shard, "parts": i.values} for i in items])
         return
     for item in items:
         click.echo(f"[{item.position}] {item.key}  ({item.shard})")
@@ -705,18 +715,20 @@ class _ByteSize(click.ParamType):
     "run near the speed of reading the shard, but shared mmap of those files fails (ENODEV).",
 )
 @click.option("--split", default=None, help="Show only this split's samples at the root (the views keep every shard).")
+@click.option("--mkdir", is_flag=True, help="Create MOUNTPOINT if missing (its last component only); removed again by the unmount.")
 @storage_options_option
 @quiet_option
 @handle_errors
 def mount_command(
     dataset: str, mountpoint: str, layout: str, foreground: bool, direct_io_min: int | None, split: str | None,
-    storage_options: dict[str, Any] | None, quiet: bool,
+    mkdir: bool, storage_options: dict[str, Any] | None, quiet: bool,
 ) -> None:
     """Mount DATASET (a prepared folder, s3:// URL or metadataset YAML) read-only at MOUNTPOINT.
 
     Returns once the mount answers (the FUSE process runs on in the background) unless
     --foreground. Besides the layout, .by-shard/<shard>/ and .by-split/<split>/ show the same
-    members per shard and per split. Unmount with `shardstore umount MOUNTPOINT`.
+    members per shard and per split. MOUNTPOINT must be an existing folder, as for mount(8), unless
+    --mkdir. Unmount with `shardstore umount MOUNTPOINT`.
 
     \b
     Example:
@@ -728,7 +740,7 @@ def mount_command(
 
     handle = mount(
         dataset, mountpoint, layout=layout, foreground=foreground, storage_options=storage_options,
-        direct_io_min=direct_io_min, split=split,
+        direct_io_min=direct_io_min, split=split, mkdir=mkdir,
     )
     if not foreground and not quiet:
         click.echo(
@@ -762,7 +774,7 @@ def umount_command(mountpoint: str, quiet: bool) -> None:
 @click.option("--media-metadata-by-glob", default=None, help="Files whose name matches these globs, e.g. '*.jpg,*.mp4'.")
 @click.option("--media-metadata-by-header", is_flag=True, help="Files whose first bytes are an image, audio or video.")
 @click.option("--media-metadata-by-extension", is_flag=True, help="Files with an image, audio or video extension.")
-@click.option("--num-workers", type=int, default=None, help="Parallel probes (default: CPU count; 16 for remote).")
+@click.option("--num-workers", type=click.IntRange(min=1), default=None, help="Parallel probes, at least 1 (default: CPU count; 16 for remote).")
 @click.option("--tmp-path", type=click.Path(file_okay=False), default=None, help="For a remote PATH: local folder where index.sqlite is built before upload.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar (only on a terminal).")
 @storage_options_option
@@ -802,7 +814,7 @@ def prepare_media_command(
 
 
 # ----- Energon's command names -------------------------------------------------------------------
-main.add_command(check_command, name="lint")  # `energon lint`: scripts written for Energon keep working
+main.add_command(check_command, name="lint")  # `energon lint PATH`: scripts written for Energon keep working
 # ----- import / export of episode formats (issue 11) -------------------------------------------------
 # `shardstore import FORMAT ...` and `shardstore export FORMAT ...`: each format adds one command to
 # these groups, a thin shell over its module in shardstore/convert/. Imports take the writer's
@@ -864,25 +876,50 @@ def episode_writer_options(fn: F) -> F:
     return command  # type: ignore[return-value]
 
 
-def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> Any:
-    """An importer's report, run on the executor ``writer["executor"]`` names; a SIGTERM unwinds it
-    as Ctrl-C does (its staging is removed)."""
+def run_import(importer: Callable[..., Any], src: str, out: str, writer: dict[str, Any], **options: Any) -> tuple[Any, float]:
+    """An importer's own report and its wall time, run on the executor ``writer["executor"]``
+    names; a SIGTERM unwinds it as Ctrl-C does (its staging is removed)."""
     from .executors import executor_for
     from .prepare import _sigterm_unwinds
 
     writer = dict(writer)
     kind, address = writer.pop("executor", (None, None))
+    t0 = time.perf_counter()
     with executor_for(kind, address) as executor:
-        return _sigterm_unwinds(importer)(src, out, **options, **writer, executor=executor)
+        raw = _sigterm_unwinds(importer)(src, out, **options, **writer, executor=executor)
+    return raw, time.perf_counter() - t0
 
 
-def echo_episode_report(report: Any, what: str, as_json: bool, quiet: bool) -> None:
-    """An import's or export's summary: JSON (episodes, steps, bytes, seconds...) or one line."""
+def run_export(exporter: Callable[..., Any], dataset: str, out: str, **options: Any) -> tuple[Any, float]:
+    """An exporter's own report and its wall time; a SIGTERM unwinds it as Ctrl-C does."""
+    from .prepare import _sigterm_unwinds
+
+    t0 = time.perf_counter()
+    raw = _sigterm_unwinds(exporter)(dataset, out, **options)
+    return raw, time.perf_counter() - t0
+
+
+def echo_convert_report(report: Any, as_json: bool, quiet: bool) -> None:
+    """Every import's and export's output: ``ConvertReport.to_dict()`` with --json, else its one line."""
     if as_json:
         echo_json(report.to_dict())
     elif not quiet:
-        click.echo(f"{what} {_plural(report.episodes, 'episode')}, {_plural(report.steps, 'step')} "
-                   f"({_human_bytes(report.bytes)}) into {report.path} in {report.seconds:.1f} s")
+        click.echo(report.summary())
+
+
+def _imported_version(out: str) -> str | None:
+    """The source format's version an import recorded in its schema (None when it has none)."""
+    from .episodes import episodes
+
+    return episodes(out).schema.source_version or None
+
+
+def _episode_counts(dataset: str, split: str | None, storage_options: dict[str, Any] | None) -> dict[str, int]:
+    """``episodes`` and ``steps`` of a dataset's split (every episode without one), from its episode index."""
+    from .episodes import episodes
+
+    view = episodes(dataset, split, storage_options=storage_options)
+    return {"episodes": len(view), "steps": int(view.lengths.sum())}
 
 
 @import_group.command("minari")
@@ -902,8 +939,11 @@ def import_minari_command(src: str, out: str, writer: dict[str, Any], as_json: b
       shardstore import minari ~/.minari/datasets/cartpole-v0 ./cartpole --granularity episode --json
     """
     from .convert.minari import import_minari
+    from .episodes.report import ConvertReport
 
-    echo_episode_report(run_import(import_minari, src, out, writer), "Imported", as_json, quiet)
+    raw, seconds = run_import(import_minari, src, out, writer)
+    report = ConvertReport.of(raw, action="import", fmt="minari", source=src, seconds=seconds, version=_imported_version(out))
+    echo_convert_report(report, as_json, quiet)
 
 
 @export_group.command("minari")
@@ -933,13 +973,13 @@ def export_minari_command(dataset: str, out: str, minari_version: str | None, ba
       shardstore export minari ./door ./door-arrow --backend arrow
     """
     from .convert.minari import export_minari
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport
 
-    report = _sigterm_unwinds(export_minari)(
-        dataset, out, storage_options=storage_options, version=minari_version, backend=backend, force=force,
-        progress=progress and not quiet and not as_json and sys.stderr.isatty(), allow_pickle=allow_pickle,
+    raw, seconds = run_export(
+        export_minari, dataset, out, storage_options=storage_options, version=minari_version, backend=backend,
+        force=force, progress=progress and not quiet and not as_json and sys.stderr.isatty(), allow_pickle=allow_pickle,
     )
-    echo_episode_report(report, "Exported", as_json, quiet)
+    echo_convert_report(ConvertReport.of(raw, action="export", fmt="minari", source=dataset, seconds=seconds), as_json, quiet)
 
 
 # ----- the episode-frame WebDataset layout (issue 14) ----------------------------------------------
@@ -962,7 +1002,7 @@ def _episode_wds_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 @import_group.command("episode-wds")
-@click.argument("src", type=click.Path(exists=True))
+@click.argument("src")
 @click.argument("out", type=click.Path(file_okay=False))
 @click.option("--blend-yaml", is_flag=True, help="For a root of several tasks: also write OUT/blend.yaml blending them uniformly.")
 @click.option("--allow-pickle", is_flag=True,
@@ -984,15 +1024,14 @@ def import_episode_wds_command(
       shardstore import episode-wds ./il-data ./il-ds --blend-yaml
     """
     from .convert.episode_wds import import_episode_wds
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
-    if as_json:
-        echo_json(report.to_dict())
-        return
-    for r in report.datasets:
-        echo_episode_report(r, "Imported", False, quiet)
-    if report.blend_yaml and not quiet:
-        click.echo(f"Wrote {report.blend_yaml}: blends {_plural(len(report.datasets), 'task')} uniformly")
+    raw, seconds = run_import(import_episode_wds, src, out, writer, blend_yaml=blend_yaml, allow_pickle=allow_pickle)
+    totals = {k: sum(getattr(r, k) for r in raw.datasets) for k in ("episodes", "steps", "bytes")}
+    report = ConvertReport.of(raw, action="import", fmt="episode-wds", source=src, seconds=seconds, path=out, **totals)
+    echo_convert_report(report, as_json, quiet)
+    if raw.blend_yaml and not quiet and not as_json:
+        click.echo(f"Wrote {raw.blend_yaml}: blends {_plural(len(raw.datasets), 'task')} uniformly")
 
 
 @export_group.command("episode-wds")
@@ -1019,13 +1058,14 @@ def export_episode_wds_command(
       shardstore export episode-wds ./il-ds/demos/magical/MoveToCorner ./il-back
     """
     from .convert.episode_wds import export_episode_wds
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport, folder_bytes
 
-    names = _sigterm_unwinds(export_episode_wds)(dataset, out, compress=compress, force=force, storage_options=storage_options)
-    if as_json:
-        echo_json({"out": out, "shards": names})
-    elif not quiet:
-        click.echo(f"{out}: {_plural(len(names), 'shard')}")
+    names, seconds = run_export(export_episode_wds, dataset, out, compress=compress, force=force, storage_options=storage_options)
+    report = ConvertReport.of(
+        {"shards": names}, action="export", fmt="episode-wds", source=dataset, seconds=seconds, path=out,
+        bytes=folder_bytes(out), **_episode_counts(dataset, None, storage_options),
+    )
+    echo_convert_report(report, as_json, quiet)
 
 
 # ----- LeRobot: import, export, check (issue 12) ----------------------------------------------------
@@ -1070,17 +1110,10 @@ def import_lerobot_command(
     if out is None:
         raise click.UsageError("OUT is required (or pass --check-only)")
     from .convert.lerobot import import_lerobot
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_lerobot, src, out, writer, frames=frames, storage_options=storage_options)
-    if as_json:
-        echo_json(report.to_dict())
-    elif not quiet:
-        videos = f", {report.video_files} videos ({_human_bytes(report.video_bytes)}) in .videos" if report.video_files else ""
-        click.echo(
-            f"Imported {src} (LeRobot {report.version}) into {report.out}: {_plural(report.episodes, 'episode')}, "
-            f"{_plural(report.steps, 'frame')}, {_plural(report.shards, 'shard')} ({_human_bytes(report.bytes)}){videos} "
-            f"in {report.seconds:.1f} s"
-        )
+    raw, seconds = run_import(import_lerobot, src, out, writer, frames=frames, storage_options=storage_options)
+    echo_convert_report(ConvertReport.of(raw, action="import", fmt="lerobot", source=src, seconds=seconds), as_json, quiet)
 
 
 @export_group.command("lerobot")
@@ -1093,12 +1126,15 @@ def import_lerobot_command(
     default=None,
     help="LeRobot version to write (default: the version the dataset came from).",
 )
+@click.option("--force", is_flag=True, help="Replace a LeRobot dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar by episodes (only on a terminal).")
 @storage_options_option
 @quiet_option
 @json_option
 @handle_errors
 def export_lerobot_command(
-    dataset: str, out: str, version: str | None, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+    dataset: str, out: str, version: str | None, force: bool, progress: bool, storage_options: dict[str, Any] | None,
+    quiet: bool, as_json: bool,
 ) -> None:
     """Export an episode dataset to a new LeRobot dataset at OUT (v2.1 or v3.0).
 
@@ -1111,19 +1147,70 @@ def export_lerobot_command(
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
     """
     from .convert.lerobot import export_lerobot
-    from .prepare import _sigterm_unwinds
+    from .episodes.report import ConvertReport, folder_bytes
 
-    report = _sigterm_unwinds(export_lerobot)(dataset, out, version=version, storage_options=storage_options)
-    if as_json:
-        echo_json(dataclasses.asdict(report))
-    elif not quiet:
-        click.echo(
-            f"Exported {dataset} to {report.out} (LeRobot {report.version}): {report.episodes} episodes, "
-            f"{report.frames} frames, {report.videos} videos ({report.copied_videos} copied, "
-            f"{report.remuxed_videos} remuxed, {len(report.reencoded)} re-encoded); metadata {report.metadata}"
+    with _episode_bar(progress and not quiet and not as_json and sys.stderr.isatty(), dataset, storage_options) as bar:
+        raw, seconds = run_export(
+            export_lerobot, dataset, out, version=version, force=force, storage_options=storage_options, progress=bar,
         )
-        for path in report.reencoded:
-            click.echo(f"re-encoded: {path} (episode boundaries off keyframes)")
+    warnings = [f"re-encoded {path} (episode boundaries off keyframes)" for path in raw.reencoded]
+    report = ConvertReport.of(
+        raw, action="export", fmt="lerobot", source=dataset, seconds=seconds, bytes=folder_bytes(raw.out), warnings=warnings,
+    )
+    echo_convert_report(report, as_json, quiet)
+
+
+@contextlib.contextmanager
+def _episode_bar(show: bool, dataset: str, storage_options: dict[str, Any] | None) -> Iterator[Callable[[int], None] | None]:
+    """A progress bar by episodes on stderr for an exporter's ``progress(n)`` callback (None when hidden)."""
+    if not show:
+        yield None
+        return
+    from tqdm import tqdm
+
+    total = _episode_counts(dataset, None, storage_options)["episodes"]
+    with tqdm(total=total, unit="episode", desc="Exporting", file=sys.stderr) as bar:
+        yield lambda n: bar.update(n - bar.n)
+
+
+def format_check_options(fn: F) -> F:
+    """The options of every ``shardstore check FORMAT SRC``: ``--deep``, ``--progress``,
+    ``--storage-options``, ``--quiet``, ``--json``."""
+    options = [
+        click.option("--deep", is_flag=True, help="Also read every row, statistic and video packet (see docs/robotics.md)."),
+        click.option("--progress/--no-progress", default=True, help="With --deep, a progress bar on stderr (only on a terminal)."),
+        storage_options_option,
+        quiet_option,
+        json_option,
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@check_group.command("lerobot")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_lerobot_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) against the LeRobot checklist.
+
+    Version, chunks_size, path templates and the files they name, video keys, episodes, tasks,
+    parquet columns and rows against video frames, fps and codec; with --deep every row, statistic
+    and video packet too. Prints one line per finding and exits with 1 if there is an error;
+    `import lerobot` runs the same checks first.
+
+    \b
+    Example:
+      shardstore check lerobot ./my_lerobot
+      shardstore check lerobot ./my_lerobot --deep --json
+    """
+    if deep:
+        _format_check("lerobot", src, deep, storage_options, quiet, as_json, progress)
+    else:
+        _lerobot_check(src, storage_options, quiet, as_json)
 
 
 def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
@@ -1143,9 +1230,6 @@ def _echo_format_report(report: Any, quiet: bool, as_json: bool) -> None:
     if not report.ok:
         sys.exit(1)
 
-
-#: `shardstore check FORMAT SRC`: the checks of outside formats, by name.
-FORMAT_CHECKS: dict[str, Callable[[str, dict[str, Any] | None, bool, bool], None]] = {"lerobot": _lerobot_check}
 
 
 # ----- RLDS: import, export, check ------------------------------------------------------------------
@@ -1179,9 +1263,11 @@ def import_rlds_command(
       shardstore import rlds s3://bucket/robo/1.0.0 ./ds_train --split train
     """
     from .convert.rlds import import_rlds
+    from .episodes.report import ConvertReport
 
-    report = run_import(import_rlds, src, out, writer, split=split, storage_options=storage_options)
-    echo_episode_report(report, "Imported", as_json, quiet)
+    raw, seconds = run_import(import_rlds, src, out, writer, split=split, storage_options=storage_options)
+    report = ConvertReport.of(raw, action="import", fmt="rlds", source=src, seconds=seconds, version=_imported_version(out))
+    echo_convert_report(report, as_json, quiet)
 
 
 @export_group.command("rlds")
@@ -1235,31 +1321,60 @@ def export_rlds_command(
       shardstore export rlds ./lerobot_ds ./rlds/1.0.0 --main-camera observation.images.wrist
     """
     from .convert.rlds import export_rlds
+    from .episodes.report import ConvertReport, folder_bytes
 
     show = progress and not quiet and not as_json and sys.stderr.isatty()
-    info = export_rlds(
-        dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
+    info, seconds = run_export(
+        export_rlds, dataset, out, split=split, main_camera=main_camera, image_encoding=image_encoding, name=name,
         force=force, progress=show, storage_options=storage_options, allow_pickle=allow_pickle,
     )
-    if as_json:
-        echo_json(info)
-    elif not quiet:
-        splits = ", ".join(
-            f"{s['name']}: {_plural(sum(int(n) for n in s['shardLengths']), 'episode')} in {_plural(len(s['shardLengths']), 'shard')}"
-            for s in info["splits"]
+    splits = [
+        {"name": s["name"], "episodes": sum(int(n) for n in s["shardLengths"]), "shards": len(s["shardLengths"])}
+        for s in info["splits"]
+    ]
+    extras: dict[str, Any] = {"name": info.get("name"), "splits": splits}
+    mapping = info.get("report")
+    if mapping is not None:  # a LeRobot source: the mapping's validation report, written beside OUT
+        extras.update(mapping=mapping["totals"], valid=mapping["validation"]["ok"], report=f"{out.rstrip('/')}.report.json")
+    report = ConvertReport.of(
+        extras, action="export", fmt="rlds", source=dataset, seconds=seconds, path=out, version=info.get("version"),
+        bytes=folder_bytes(out), warnings=[str(w) for w in (mapping or {}).get("warnings", [])],
+        **(
+            {"episodes": mapping["totals"]["episodes_out"], "steps": mapping["totals"]["steps_out"]}
+            if mapping is not None
+            else _episode_counts(dataset, split, storage_options)
+        ),
+    )
+    echo_convert_report(report, as_json, quiet)
+    if mapping is not None and not quiet and not as_json:
+        t, verdict = mapping["totals"], "valid" if mapping["validation"]["ok"] else "INVALID"
+        click.echo(
+            f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
+            f"{len(mapping['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
         )
-        click.echo(f"Exported {dataset} to {out} (RLDS): {splits}")
-        if "report" in info:
-            t = info["report"]["totals"]
-            verdict = "valid" if info["report"]["validation"]["ok"] else "INVALID"
-            click.echo(
-                f"LeRobot -> RLDS: {t['episodes_out']} of {t['episodes_in']} episodes ({t['episodes_failed']} failed), "
-                f"{len(info['report']['warnings'])} warnings, output {verdict}; report: {out.rstrip('/')}.report.txt"
-            )
 
 
-def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
-    """Print the RLDS validation report (the mapping spec's rules); exit 1 when a rule fails."""
+@check_group.command("rlds")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_rlds_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check an RLDS folder (a TFDS version folder, local or fsspec URL) against the RLDS rules.
+
+    Runs the validation rules of the LeRobot -> RLDS mapping spec on any RLDS folder and prints
+    the report: each rule pass, fail or skipped, then every problem with its file, record and
+    field; --deep reads every record instead (docs/robotics.md). Exits with 1 when a rule fails.
+
+    \b
+    Example:
+      shardstore check rlds ./robo/1.0.0
+      shardstore check rlds ./robo/1.0.0 --deep --json
+    """
+    if deep:
+        _format_check("rlds", src, deep, storage_options, quiet, as_json, progress)
+        return
     from .convert.rlds.check import check_rlds
 
     report = check_rlds(src, storage_options=storage_options)
@@ -1270,8 +1385,6 @@ def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, a
     if not report.ok:
         sys.exit(1)
 
-
-FORMAT_CHECKS["rlds"] = _rlds_check
 
 #: `shardstore check FORMAT SRC --deep`: format -> (module, function(src, *, deep, storage_options,
 #: progress) -> FormatReport); minari and episode-wds have no other check, so run it without --deep too.
@@ -1290,8 +1403,6 @@ def _format_check(
     exit 1 when it has errors."""
     import importlib
 
-    if fmt not in DEEP_CHECKS:
-        raise click.UsageError(f"check FORMAT SRC: FORMAT is one of {', '.join(DEEP_CHECKS)}, not {fmt!r}")
     module, name = DEEP_CHECKS[fmt]
     check = getattr(importlib.import_module(module), name)
     show = progress and not quiet and not as_json and sys.stderr.isatty()
@@ -1365,6 +1476,46 @@ def convert_command(src: str, out: str, to: str, source_format: str | None, keep
         click.echo(f"Converted {src} ({report.source_format}) to {out} ({report.target_format}) in {report.seconds:.1f} s: "
                    f"{_plural(len(m.mapped), 'field')} mapped, {len(m.derived)} derived, "
                    f"{len(m.approximated)} approximated, {len(m.dropped)} dropped; report: {report.report_files[1]}")
+
+
+@check_group.command("minari")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_minari_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check a Minari dataset (a folder, its data folder or a dataset id) as Minari's loader reads it.
+
+    Loader metadata, totals, steps+1 rows, one terminal step at the end, spaces; with --deep every
+    value too (NaN, out of its space). Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check minari ./door-human-v2
+      shardstore check minari D4RL/door/human-v2 --deep --json
+    """
+    _format_check("minari", src, deep, storage_options, quiet, as_json, progress)
+
+
+@check_group.command("episode-wds")
+@click.argument("src")
+@format_check_options
+@handle_errors
+def check_episode_wds_command(
+    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+) -> None:
+    """Check shards of the episode-frame WebDataset layout (a shard, a folder, or a root of tasks).
+
+    Members, frame numbering and episode ends per shard; with --deep every pickled part through the
+    restricted unpickler too. Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check episode-wds ./il-data
+      shardstore check episode-wds ./il-data --deep --json
+    """
+    _format_check("episode-wds", src, deep, storage_options, quiet, as_json, progress)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import nvmeta
+from . import nvmeta, shardprint
 from .errors import (
     ConfigError,
     DatasetNotPreparedError,
@@ -351,7 +351,11 @@ class Dataset(MemberReads, Closeable):
             return
         stat = self.storage.stat(shard.name)
         local = self.storage.local_path("") is not None
-        why = nvmeta.shard_changed(self._sizes.get(shard.name), stat, int(self._shard_offsets(shard)[-1]), local)
+        offsets, recorded = self._shard_offsets(shard), self._sizes.get(shard.name)
+        why = nvmeta.shard_changed(
+            recorded, stat, int(offsets[-1]), local,
+            lambda: shardprint.matches(self.storage, shard.name, offsets, (recorded or {}).get("fingerprint")),
+        )
         if why is not None:
             raise StaleIndexError(f"shard changed since prepare: {why}", path=self.storage.url(shard.name))
         self._checked[shard.tar_file_id] = stat.size

@@ -330,7 +330,7 @@ def _yaml_type(dataset_yaml: Mapping[str, Any] | None, where: str) -> tuple[str 
             name = name[: -len("Webdataset")] + "Sample"
     fmap = dataset_yaml.get("field_map")
     if not isinstance(fmap, Mapping):
-        raise ConfigError("dataset.yaml has no field_map", path=where, member="field_map")
+        raise ConfigError("dataset.yaml has no field_map", path=where, member="field_map", noun="key")
     return name, {str(k): str(v) for k, v in fmap.items()}
 
 
@@ -347,7 +347,7 @@ def _infer_type(fields: set[str]) -> str:
     if not fitting:
         raise ConfigError(
             f"no sample type has the fields {sorted(fields)}; name one with '__class__' in the field map",
-            member="field_map",
+            member="field_map", noun="key",
         )
     return min(fitting)[1]
 
@@ -362,7 +362,7 @@ def _check_fields(cls: type[BaseSample], fields: set[str], where: str) -> None:
             + (f"unknown {sorted(unknown)} " if unknown else "")
             + (f"missing {sorted(missing)}" if missing else ""),
             path=where,
-            member="field_map",
+            member="field_map", noun="key",
         )
 
 
@@ -386,7 +386,7 @@ def plan_for(ds: Dataset) -> SamplePlan:
         sample_type = yaml_cfg.get("sample_type")
         cls = sample_class(str(sample_type.get("__class__"))) if isinstance(sample_type, Mapping) else None
         if cls is None:
-            raise ConfigError("dataset.yaml names a sample_loader but no known sample_type", path=where, member="sample_type")
+            raise ConfigError("dataset.yaml names a sample_loader but no known sample_type", path=where, member="sample_type", noun="key")
         code = load_dataset_code(ds.storage, yaml_cfg)
         return SamplePlan(decoders, ds.allow_pickle, cls, None, subflavors, ds.url, code)
     if ds.field_map is True:
@@ -400,13 +400,13 @@ def plan_for(ds: Dataset) -> SamplePlan:
                 cls_name = yaml_cls.__name__
         cls_name = cls_name or _infer_type(set(fmap))
     elif ds.field_map not in (None, False):
-        raise ConfigError(f"field_map must be a dict, True or None, got {ds.field_map!r}", member="field_map")
+        raise ConfigError(f"field_map must be a dict, True or None, got {ds.field_map!r}", member="field_map", noun="key")
     cls = None
     fields = None
     if fmap is not None:
         cls = sample_class(str(cls_name))
         if cls is None:
-            raise ConfigError(f"unknown sample type {cls_name!r}", path=where, member="sample_type")
+            raise ConfigError(f"unknown sample type {cls_name!r}", path=where, member="sample_type", noun="key")
         fields = parse_field_map(fmap)
         _check_fields(cls, set(fields), where)
     return SamplePlan(decoders, ds.allow_pickle, cls, fields, subflavors, ds.url)
@@ -522,6 +522,30 @@ def describe_part(part: str, data: bytes, width: int = 120) -> str:
     except Exception:  # noqa: BLE001 - fall back to the size
         return f"{len(data)} bytes (does not decode as .{ext})"
     return f"{len(data)} bytes"
+
+
+def part_value(part: str, data: bytes) -> Any:
+    """What a part holds as a JSON value (``preview --json``): a json part's value, a text part's
+    string, an int part's number; anything else (images, arrays, bytes) its ``describe_part`` line,
+    unclipped. Never raises on bad data."""
+    ext = extension(part)
+    try:
+        if ext in ("json", "jsn"):
+            return json.loads(data)
+        if DEFAULT_DECODERS.get(ext) in (_text, _int):
+            return DEFAULT_DECODERS[ext](data)
+    except (ValueError, RecursionError):
+        pass
+    return describe_part(part, data, width=1 << 62)
+
+
+def sample_values(sample: Mapping[str, Any]) -> dict[str, Any]:
+    """``{part: part_value}`` for the parts of a raw sample, in tar order."""
+    return {
+        name: part_value(name, bytes(value))
+        for name, value in sample.items()
+        if not name.startswith("__") and isinstance(value, (bytes, bytearray, memoryview))
+    }
 
 
 def describe_sample(sample: Mapping[str, Any], width: int = 120) -> dict[str, str]:

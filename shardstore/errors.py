@@ -36,14 +36,18 @@ __all__ = [
 ]
 
 
-def place_message(detail: str, path: str | None, member: str | None = None, offset: int | None = None) -> str:
+def place_message(
+    detail: str, path: str | None, member: str | None = None, offset: int | None = None, noun: str = "member"
+) -> str:
     """``path, member 'm', offset N: detail``, leaving out what is None: how errors (and ``check``'s
-    problems) name their place, so every message reads the same way."""
+    problems) name their place, so every message reads the same way. ``noun`` says what ``member``
+    is when it is not a tar member (``option 'layout'``, ``key 'split_parts'``); ``""`` prints a
+    place that describes itself as is (``episode 3, field 'action'``)."""
     where = []
     if path is not None:
         where.append(str(path))
     if member is not None:
-        where.append(f"member {member!r}")
+        where.append(f"{noun} {member!r}" if noun else str(member))
     if offset is not None:
         where.append(f"offset {offset}")
     return f"{', '.join(where)}: {detail}" if where else detail
@@ -53,7 +57,8 @@ class ShardstoreError(Exception):
     """Root of every error shardstore raises on purpose.
 
     ``path`` names the file (shard, index, YAML), ``member`` the tar member or key, ``offset``
-    the byte offset inside ``path``; ``detail`` says what was wrong.
+    the byte offset inside ``path``; ``detail`` says what was wrong. ``noun`` names what
+    ``member`` is when it is not a tar member (``place_message``).
     """
 
     def __init__(
@@ -63,29 +68,32 @@ class ShardstoreError(Exception):
         path: str | None = None,
         member: str | None = None,
         offset: int | None = None,
+        noun: str = "member",
     ) -> None:
         self.detail = detail
         self.path = path
         self.member = member
         self.offset = offset
+        self.noun = noun
         super().__init__(self._message())
 
     def _message(self) -> str:
-        return place_message(self.detail, self.path, self.member, self.offset)
+        return place_message(self.detail, self.path, self.member, self.offset, self.noun)
 
     def __str__(self) -> str:
         return self._message()
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         # Keyword-only constructors don't survive pickling between worker processes otherwise.
-        return (_rebuild, (type(self), self.detail, self.path, self.member, self.offset))
+        return (_rebuild, (type(self), self.detail, self.path, self.member, self.offset, self.noun))
 
 
 def _rebuild(
-    cls: type[ShardstoreError], detail: str, path: str | None, member: str | None, offset: int | None
+    cls: type[ShardstoreError], detail: str, path: str | None, member: str | None, offset: int | None,
+    noun: str = "member",
 ) -> ShardstoreError:
     err = cls.__new__(cls)
-    ShardstoreError.__init__(err, detail, path=path, member=member, offset=offset)
+    ShardstoreError.__init__(err, detail, path=path, member=member, offset=offset, noun=noun)
     return err
 
 

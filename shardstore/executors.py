@@ -54,11 +54,11 @@ def executor_for(kind: str | None, address: str | None) -> Iterator[Executor | N
     kind = kind or ("dask" if address else "local")
     if kind == "local":
         if address:
-            raise ConfigError("--dask-scheduler needs --executor dask (or no --executor)", member="executor")
+            raise ConfigError("--dask-scheduler needs --executor dask (or no --executor)", member="--executor", noun="option")
         yield None
         return
     if kind != "dask":
-        raise ConfigError(f"unknown executor {kind!r}: use local or dask", member="executor")
+        raise ConfigError(f"unknown executor {kind!r}: use local or dask", member="--executor", noun="option")
     with dask_executor(address) as executor:
         yield executor
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, BinaryIO
 
 from . import nvmeta
 from .checks import CheckReport, IndexRows, Problem, check, refuse_metadataset
 from .dataset import Dataset
 from .dataset import open as open_dataset
-from .decode import describe_sample
+from .decode import describe_sample, sample_values
 from .errors import StaleIndexError, StorageError
 from .filestores import media_index_of
 from .jsonl import JsonlDataset, is_jsonl
@@ -364,7 +364,8 @@ class PreviewItem:
     position: int | None
     key: str
     shard: str
-    parts: dict[str, str]
+    parts: dict[str, str]  # part -> one line for people
+    values: dict[str, Any] = field(default_factory=dict)  # part -> its value as JSON (``decode.part_value``)
 
 
 def preview(
@@ -383,14 +384,30 @@ def preview(
     ds = open_dataset(url, split, storage_options=storage_options, trust_dataset_code=trust_dataset_code)
     for sample in itertools.islice(ds.iter(worker_id=0, num_workers=1), max(n, 0)):
         if isinstance(sample, dict):
-            yield PreviewItem(sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width))
+            yield PreviewItem(
+                sample.get("__index__"), sample["__key__"], sample["__shard__"], describe_sample(sample, width),
+                sample_values(sample),
+            )
         else:  # a typed sample built by the dataset's sample_loader
             fields = {k: v for k, v in vars(sample).items() if not k.startswith("__")}
             source = sample.__sources__[0] if getattr(sample, "__sources__", None) else None
             yield PreviewItem(
                 source.index if source is not None else None, sample.__key__, source.shard_name if source is not None else "",
                 {k: _clip_repr(v, width) for k, v in fields.items()},
+                {k: _jsonable(v) for k, v in fields.items()},
             )
+
+
+def _jsonable(value: Any) -> Any:
+    """A typed sample's field as JSON: strings, numbers, lists and dicts as they are; bytes and
+    objects (tensors, images) as their repr, clipped."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return _clip_repr(value, 120)
 
 
 def _clip_repr(value: Any, width: int) -> str:

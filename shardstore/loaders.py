@@ -48,7 +48,7 @@ def refuse_dataset_code(where: str) -> ConfigError:
         "default; if you trust this dataset pass trust_dataset_code=True (CLI: --trust-dataset-code) to run "
         "its sample_loader and part_filter as Energon does, or read it with field_map={...} or raw samples",
         path=where,
-        member="sample_loader",
+        member="sample_loader", noun="key",
     )
 
 
@@ -96,7 +96,7 @@ def load_dataset_code(storage: Storage, dataset_yaml: Mapping[str, Any]) -> Data
     filt = dataset_yaml.get("part_filter")
     if filt is None:
         raise ConfigError("dataset.yaml names a sample_loader but no part_filter (Energon needs both)",
-                          path=storage.url(nvmeta.META_DIR), member="part_filter")
+                          path=storage.url(nvmeta.META_DIR), member="part_filter", noun="key")
     if isinstance(filt, list):
         names = {str(p) for p in filt}
         return DatasetCode(loader, names.__contains__)

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -256,7 +256,7 @@ def read_info(storage: Storage) -> DatasetInfo:
             except (ValueError, RecursionError) as e:
                 raise ConfigError(f"invalid {name}: {e}", path=storage.url(path)) from e
             if not isinstance(raw, dict) or not isinstance(raw.get("shard_counts"), dict):
-                raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts")
+                raise ConfigError("missing or invalid shard_counts", path=storage.url(path), member="shard_counts", noun="key")
             counts = {
                 contained_path(k, storage.url(), storage.url(path)): v
                 for k, v in _shard_counts(raw["shard_counts"], storage.url(path)).items()
@@ -287,7 +287,7 @@ def _shard_counts(raw: dict[Any, Any], where: str) -> dict[str, int]:
     counts = {}
     for name, count in raw.items():
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_SHARD_SAMPLES:
-            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}")
+            raise ConfigError(f"invalid sample count {count!r}", path=where, member=f"shard_counts {name}", noun="key")
         counts[str(name)] = count
     return counts
 
@@ -318,7 +318,7 @@ def read_splits_if_any(storage: Storage, name: str = SPLIT_YAML) -> Splits | Non
         if data is not None:
             raw = _load_yaml(data, storage.url(path))
             if not isinstance(raw, dict) or not isinstance(raw.get("split_parts"), dict):
-                raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts")
+                raise ConfigError("missing or invalid split_parts", path=storage.url(path), member="split_parts", noun="key")
             parts = {str(k): _patterns(v, storage.url(path), f"split_parts {k}") for k, v in raw["split_parts"].items()}
             exclude = _patterns(raw.get("exclude"), storage.url(path), "exclude")
             return Splits(parts, exclude)
@@ -412,10 +412,10 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
     for name, entry in recorded.items():
-        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,))):
+        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,)), ("fingerprint", (str,))):
             value = entry.get(key)
             if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and isinstance(value, int) and value < 0)):
-                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}")
+                raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}", noun="key")
     if version > SHARDSTORE_FORMAT:
         raise IndexVersionError(
             f"written by a newer shardstore (format {version}; this one reads up to {SHARDSTORE_FORMAT}): "
@@ -425,48 +425,71 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     return recorded
 
 
-def shardstore_json_bytes(stats: Mapping[str, FileStat]) -> bytes:
+def shardstore_json_bytes(stats: Mapping[str, FileStat], fingerprints: Mapping[str, str] | None = None) -> bytes:
     """``shardstore.json`` for the shards' stats at prepare, in :data:`SHARDSTORE_FORMAT`; fields a
-    backend does not give (``mtime`` remotely, ``etag`` locally) are left out."""
-    shards = {name: {k: v for k, v in asdict(stat).items() if v is not None} for name, stat in stats.items()}
+    backend does not give (``mtime`` remotely, ``etag`` locally) are left out. ``fingerprints``:
+    shard -> ``shardprint`` fingerprint (an optional field, ignored by readers that predate it)."""
+    prints = fingerprints or {}
+    shards = {
+        name: {k: v for k, v in asdict(stat).items() if v is not None} | ({"fingerprint": prints[name]} if name in prints else {})
+        for name, stat in stats.items()
+    }
     return json.dumps({"format": SHARDSTORE_FORMAT, "shards": shards}, indent=1).encode()
 
 
 _REPREPARE = "rerun `shardstore prepare --force-overwrite`"
 
 
-def shard_changed(recorded: dict[str, Any] | None, stat: FileStat, idx_end: int, local: bool = False) -> str | None:
+def shard_changed(
+    recorded: dict[str, Any] | None,
+    stat: FileStat,
+    idx_end: int,
+    local: bool = False,
+    same_bytes: Callable[[], bool | None] | None = None,
+) -> str | None:
     """Why a shard no longer matches its index, or None when it still does.
 
-    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size, its
-    ETag when both it and ``stat`` have one, and for a ``local`` shard prepared locally (no ETag
-    recorded) its mtime must be what prepare saw: a same-size rewrite changes the mtime (a copy
-    that keeps mtimes, ``cp -p`` or ``rsync -t``, still reads). Mtimes are not compared across
-    storages: a dataset prepared locally and uploaded to S3 (or the reverse) keeps reading. Either way the shard must reach ``idx_end``, the last offset of its
-    ``.tar.idx``: that is the only check left for a dataset Energon prepared. The reason names
-    both values and what to do; ``Dataset.check_shard``, ``check`` and ``cat`` all decide with
-    this one rule.
+    ``recorded`` is the shard's entry in ``shardstore.json`` (None without one): its size must be
+    the same, and the shard must reach ``idx_end``, the last offset of its ``.tar.idx`` (the only
+    check left for a dataset Energon prepared). Its stamp (the ETag when both it and ``stat`` have
+    one, else for a ``local`` shard prepared locally its mtime) tells whether anything may have
+    changed; when it differs, ``same_bytes`` (``shardprint.matches`` on the shard) settles it: a
+    copy that lost the stamp (``cp -r``, ``scp``, ``aws s3 sync``) still reads, a same-size rewrite
+    in place does not. Without a recorded fingerprint (``same_bytes`` gives None: a dataset
+    prepared before fingerprints) a changed stamp is refused, the message naming both causes.
+    Mtimes are not compared across storages: a dataset prepared locally and uploaded to S3 (or the
+    reverse) keeps reading. ``Dataset.check_shard``, ``check`` and ``cat`` all decide with this rule.
     """
     if recorded is not None and "size" in recorded and stat.size != recorded["size"]:
         return f"shard size is {stat.size} bytes, was {recorded['size']} at prepare: {_REPREPARE}"
-    if recorded is not None and stat.etag and recorded.get("etag"):
-        if stat.etag != recorded["etag"]:
-            return f"shard's ETag is {stat.etag}, was {recorded['etag']} at prepare: {_REPREPARE}"
-    elif (
-        local
-        and recorded is not None
-        and not recorded.get("etag")
-        and stat.etag is None
-        and stat.mtime is not None
-        and isinstance(recorded.get("mtime"), (int, float))
-    ):
-        if stat.mtime != recorded["mtime"]:
-            return (
-                f"shard was modified (mtime {stat.mtime!r}, was {recorded['mtime']!r} at prepare; same size: "
-                f"rewritten in place?): {_REPREPARE}"
-            )
     if stat.size < idx_end:
         return f"shard size is {stat.size} bytes but its index reaches offset {idx_end}: truncated since prepare? {_REPREPARE}"
+    stamp = _stamp_change(recorded, stat, local)
+    if stamp is None:
+        return None
+    same = same_bytes() if same_bytes is not None else None
+    if same:
+        return None
+    if same is False:
+        return (
+            f"shard was modified ({stamp}; same size, but the tar headers at its indexed offsets differ: "
+            f"rewritten in place?): {_REPREPARE}"
+        )
+    return (
+        f"shard was modified or copied ({stamp}; same size: copied without keeping mtimes, or rewritten in "
+        f"place?) and this index has no fingerprint to tell which (prepared by an older shardstore): {_REPREPARE}"
+    )
+
+
+def _stamp_change(recorded: dict[str, Any] | None, stat: FileStat, local: bool) -> str | None:
+    """How the shard's ETag or (local) mtime differs from the one recorded, or None."""
+    if recorded is None:
+        return None
+    if stat.etag and recorded.get("etag"):
+        return None if stat.etag == recorded["etag"] else f"ETag {stat.etag}, was {recorded['etag']} at prepare"
+    mtime = recorded.get("mtime")
+    if local and not recorded.get("etag") and stat.etag is None and stat.mtime is not None and isinstance(mtime, (int, float)):
+        return None if stat.mtime == mtime else f"mtime {stat.mtime!r}, was {mtime!r} at prepare"
     return None
 
 

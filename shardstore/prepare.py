@@ -27,14 +27,14 @@ from concurrent.futures import Executor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from . import metaswap, nvmeta
+from . import metaswap, nvmeta, shardprint
 from .errors import ConfigError, LinkLoopWarning, ShardstoreError, StorageError, WorkerDiedError
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
 from .media import MediaFilter
 from .resume import ResumeStore
 from .scan import ShardScan, scan_shards
-from .storage import FileStat, Storage, open_storage, scratch_path
+from .storage import ByteRange, FileStat, Storage, open_storage, scratch_path
 from .update import UpdatePlan, plan_update, update_splits
 
 __all__ = [
@@ -117,7 +117,9 @@ def worker_count(requested: int | None, shards: int, local: bool) -> int:
     """Scan workers for ``shards`` shards: ``requested`` (``--num-workers``) or the default (the
     cores; for remote shards at least 16 threads, which mostly wait on the network), never more
     than the shards nor than a few per core (a worker beyond that only costs memory and a fork:
-    ``--num-workers 2000`` once started 2,000 processes for 4 shards), never fewer than one."""
+    ``--num-workers 2000`` once started 2,000 processes for 4 shards); ``ConfigError`` for fewer than one."""
+    if requested is not None and requested < 1:
+        raise ConfigError(f"must be at least 1, not {requested}", member="num_workers", noun="argument")
     cores = os.cpu_count() or 1
     default, cap = (cores, 4 * cores) if local else (max(16, cores), max(64, 4 * cores))
     return max(1, min(requested or default, shards, cap))
@@ -145,7 +147,7 @@ def parse_split_parts(items: Iterable[str]) -> list[tuple[str, str]]:
             try:
                 re.compile(expanded)
             except re.error as e:
-                raise ConfigError(f"invalid split part regex {expanded!r}: {e}", member=f"split_parts {name}") from e
+                raise ConfigError(f"invalid split part regex {expanded!r}: {e}", member=f"--split-parts {name}", noun="option") from e
         out.append((name, pattern))
     return out
 
@@ -415,6 +417,7 @@ def prepare(
     """
     t0 = time.perf_counter()
     media = MediaFilter.parse(media_metadata_by_glob, media_metadata_by_header, media_metadata_by_extension)
+    worker_count(num_workers, 1, True)  # refuses num_workers < 1 before anything is touched
     if media is not None and (tar_index_only or os.fspath(path).endswith(".jsonl")):
         raise ConfigError("media metadata cannot be combined with tar_index_only (--tar-index-only) or a JSONL file, as in Energon")
     if os.fspath(path).endswith(".jsonl"):  # as `energon prepare data.jsonl`: only data.jsonl.idx is written
@@ -571,6 +574,7 @@ def _prepare_locked(
     media_problems: list[str] = []
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
+    sampled: dict[str, list[ByteRange]] = {}  # shard -> the ranges its fingerprint hashes
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
     scans: Generator[tuple[ShardScan, bool], None, None] | None = None
@@ -587,6 +591,8 @@ def _prepare_locked(
             if i in kept and plan is not None and writer is not None:  # --update: an unchanged shard
                 parts, names = writer.copy(kept[i], i)
                 counts[name], stats[name] = plan.counts[name], plan.stats[name]
+                if name in plan.fingerprints:
+                    sampled[name] = []  # its recorded fingerprint is kept below
                 total_bytes += stats[name].size
                 n_parts += parts
                 part_names.update(names)
@@ -603,6 +609,7 @@ def _prepare_locked(
                 storage.write_atomic(nvmeta.tar_idx_path(scan.name), offsets_bytes(scan.offsets))
             counts[scan.name] = scan.samples
             stats[scan.name] = scan.stat
+            sampled[scan.name] = shardprint.sample_ranges(scan.offsets)
             total_bytes += scan.stat.size
             n_parts += scan.parts
             part_names.update(scan.part_names)
@@ -635,7 +642,10 @@ def _prepare_locked(
         if storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}"):  # as Energon: a legacy copy is kept in sync
             staging.write(nvmeta.INFO_YAML, nvmeta.info_yaml_bytes(info))
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
-        staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats))
+        prints = shardprint.fingerprints(storage, {name: rngs for name, rngs in sampled.items() if rngs})
+        if plan is not None:
+            prints.update({name: plan.fingerprints[name] for name, rngs in sampled.items() if not rngs})
+        staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats, prints))
         staging.write(nvmeta.INDEX_UUID, new_uuid)
         asked = time.perf_counter()
         if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:

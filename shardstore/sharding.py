@@ -200,7 +200,7 @@ class WorkerPlan:
     def positions(self, start: int = 0) -> Iterator[int]:
         """Dataset positions this reader yields, after the first ``start`` of them."""
         if start < 0 or start > len(self):
-            raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start")
+            raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start", noun="argument")
         return self._from_slot(resume_slot(self.lo, start, self.skipped))
 
     def spans(self, start: int = 0) -> Iterator[tuple[int, int]]:
@@ -209,7 +209,7 @@ class WorkerPlan:
         if self.perm is not None:
             raise ConfigError("spans() is for plans without shuffle")
         if start < 0 or start > len(self):
-            raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start")
+            raise ConfigError(f"start={start} is outside this reader's {len(self)} samples", member="start", noun="argument")
         return self._spans_from(resume_slot(self.lo, start, self.skipped))
 
     def _spans_from(self, slot: int) -> Iterator[tuple[int, int]]:

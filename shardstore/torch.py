@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import MissingExtraError
+from .errors import EpisodeFormatError, MissingExtraError
 
 try:
     import torch
@@ -138,7 +138,9 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
     episode by episode (``locate(i)`` gives ``(e, t)``), as ``Episodes.step(e, t)``, or with
     ``window=(before, after)`` as ``Episodes.window(e, t, before, after)`` (histories and action
     chunks with ``is_pad``). Each item also has ``__episode__`` (the episode number) and
-    ``__step__``.
+    ``__step__``, and, when the dataset has a task table (``schema.attrs["tasks"]``, by task
+    index: a LeRobot import) and the item a ``task_index``, ``task``: the current step's task
+    string, as ``LeRobotDataset.__getitem__`` gives it.
 
     ``episodes`` is an episode view, an open ``Dataset`` (its split) or a URL (then ``split``,
     default every episode, and ``open_kwargs`` such as ``storage_options``). Media fields are
@@ -170,6 +172,8 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
         self.transform = transform
         self._ends = np.cumsum(self.episodes.lengths)
         self._videos = [f.name for f in self.episodes.schema.fields if f.kind == "video"] if video_chw_float else []
+        tasks = self.episodes.schema.attrs.get("tasks")
+        self._tasks: list[str] = [str(t) for t in tasks] if isinstance(tasks, (list, tuple)) else []
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
@@ -192,9 +196,19 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
             item = self.episodes.window(e, t, *self.window)
         item["__episode__"] = self.episodes.number(e)
         item["__step__"] = t
+        if self._tasks and "task_index" in item:
+            item["task"] = self._task(item["task_index"])
         for name in self._videos:
             item[name] = chw_float(item[name])
         return self.transform(item) if self.transform is not None else item
+
+    def _task(self, task_index: Any) -> str:
+        """The task string of the current step's ``task_index`` (a window's: the step at ``before``)."""
+        values = np.asarray(task_index).reshape(-1)
+        k = int(values[self.window[0] if self.window is not None and len(values) > 1 else 0])
+        if not 0 <= k < len(self._tasks):
+            raise EpisodeFormatError(f"task_index {k} is not one of the dataset's {len(self._tasks)} tasks", path=self.episodes.dataset.url)
+        return self._tasks[k]
 
 
 def chw_float(frames: np.ndarray) -> torch.Tensor:

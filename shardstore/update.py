@@ -40,6 +40,8 @@ class UpdatePlan:
     index_path: str
     temporary: bool
     dropped: list[str] = field(default_factory=list)
+    #: kept shard -> its recorded ``shardprint`` fingerprint (kept as recorded: the shard is unchanged)
+    fingerprints: dict[str, str] = field(default_factory=dict)
 
     def close(self) -> None:
         if self.temporary and os.path.exists(self.index_path):
@@ -70,20 +72,22 @@ def plan_update(storage: Storage, shards: Sequence[str], drop_missing: bool) -> 
             path=storage.url(gone[0]),
         )
     old_ids = {name: i for i, name in enumerate(info.shards)}
-    kept, stats = {}, {}
+    kept, stats, fingerprints = {}, {}, {}
     for i, name in enumerate(shards):
         if name not in old_ids:
             continue
         stat = storage.stat(name)
         if _unchanged(recorded.get(name), stat) and storage.exists(nvmeta.tar_idx_path(name)):
             kept[i], stats[name] = old_ids[name], stat
+            if isinstance(recorded[name].get("fingerprint"), str):
+                fingerprints[name] = recorded[name]["fingerprint"]
     local = storage.local_path(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
     temporary = local is None
     if local is None:
         local = scratch_path(".sqlite")
         with open(local, "wb") as f:
             f.write(storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"))
-    return UpdatePlan(kept, stats, info.shard_counts, nvmeta.read_splits(storage), local, temporary, gone)
+    return UpdatePlan(kept, stats, info.shard_counts, nvmeta.read_splits(storage), local, temporary, gone, fingerprints)
 
 
 def update_splits(

@@ -450,10 +450,38 @@ def test_commands_on_s3(s3: Any, make_shards: Any) -> None:
     ]
     name = "s00001_000003.jpg"
     assert run("cat", url, name, "--storage-options", opts).stdout_bytes == members(local)[name]
-    # Same size, other bytes: only the ETag recorded at prepare tells, and check says so.
+    # Same size, a header rewritten: the ETag recorded at prepare differs, the shard's fingerprint
+    # (its headers at sampled offsets, shardprint) shows a rewrite, and check says so.
     shard = local / "parts/data-000001.tar"
     raw = bytearray(shard.read_bytes())
-    raw[-2000] ^= 0xFF
+    raw[0] ^= 0x01  # the first member's name
     s3.filesystem().pipe_file("data/inspect/parts/data-000001.tar", bytes(raw))
     report = json.loads(run("check", url, "--json", "--storage-options", opts, ok=False).stdout)
-    assert [(p["kind"], "ETag" in p["detail"]) for p in report["problems"]] == [("shard", True)]
+    assert [(p["kind"], "ETag" in p["detail"] and "rewritten" in p["detail"]) for p in report["problems"]] == [("shard", True)]
+    # A new ETag over the same headers (an S3-to-S3 copy made with other multipart sizes, or a
+    # payload rewritten in place): the index still describes the shard, and it reads.
+    raw[0] ^= 0x01
+    raw[-2000] ^= 0xFF
+    s3.filesystem().pipe_file("data/inspect/parts/data-000001.tar", bytes(raw))
+    assert run_json("check", url, "--storage-options", opts)["ok"] is True
+
+
+def test_check_formats_are_subcommands_with_their_own_help(prepared: Path) -> None:
+    """`check PATH` is `check dataset PATH`; `check lerobot`/`check rlds` are real subcommands
+    (issue 26, point 5): their --help is theirs, not the dataset check's."""
+    from shardstore.cli import check_group
+
+    assert set(check_group.commands) == {"dataset", "lerobot", "rlds", "minari", "episode-wds"}
+    for fmt, words in (("lerobot", "LeRobot checklist"), ("rlds", "RLDS rules"), ("minari", "Minari's"),
+                       ("episode-wds", "episode-frame")):
+        out = run("check", fmt, "--help").stdout
+        assert f"check {fmt} [OPTIONS] SRC" in out and words in out, fmt
+        assert "--deep" in out and "--ref" not in out  # its own options, not the dataset check's
+    assert "check dataset [OPTIONS] PATH" in run("check", "dataset", "--help").stdout
+    group_help = run("check", "--help").stdout
+    assert "lerobot" in group_help and "rlds" in group_help and "dataset" in group_help
+    assert run_json("check", prepared)["ok"] is True  # the default subcommand
+    assert run_json("check", "--json", prepared)["ok"] is True  # options before PATH too
+    assert run_json("check", "dataset", prepared, "--deep")["deep"] is True
+    assert run_json("lint", prepared)["ok"] is True
+    assert run("check", ok=False).exit_code == 2  # PATH missing: a usage error

@@ -30,6 +30,7 @@ OPTIONAL = ("s3fs", "boto3", "aiobotocore", "torch", "mfusepy", "fuse", "PIL", "
 #: of shardstore, checked below), so any stage may import it; the index writer does, lazily, for its SQL.
 STAGES = {
     "errors": 0,
+    "humanize": 0,  # byte sizes and counts for the summary lines: imports nothing
     "_tarwalk": 0,  # the optional compiled header walk (_tarwalk.c): imports nothing
     "_fusefast": 0,  # the optional compiled FUSE read/list helper (_fusefast.c): imports nothing
     "storage": 1,
@@ -39,6 +40,7 @@ STAGES = {
     "nvmeta": 3,
     "metaswap": 3,  # the .nv-meta swap: lock, exchange, recovery
     "snapshot": 3,  # a reader pinned to one index generation
+    "shardprint": 2,  # a shard's fingerprint at prepare, checked by readers after a copy
     "samples": 3,
     "decode": 3,
     "safepickle": 2,  # the restricted unpickler (decode's pickle opt-in, the episode-frame layout)
@@ -67,6 +69,7 @@ STAGES = {
     "membercheck": 2,  # the headers before a member's data (tarscan's level)
     "member_reads": 4,  # Dataset's reads by member name (a part of dataset)
     "__init__": 7,  # the package itself re-exports from all of them
+    "__main__": 7,  # python -m shardstore: the CLI
 }
 
 #: The one upward import allowed, made inside a property on first use: ``Dataset.episodes`` is the

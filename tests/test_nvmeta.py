@@ -215,9 +215,14 @@ def test_shardstore_json_roundtrip_and_errors(tmp_path: Path) -> None:
 
 def test_shard_changed_rules() -> None:
     recorded = {"size": 100, "mtime": 1.0, "etag": "x"}
-    # local files prepared locally: the mtime is compared (a same-size rewrite)
+    # local files prepared locally: the mtime is compared; a new one is settled by the fingerprint
+    # (same_bytes: shardprint.matches), refused when there is none to compare
     local = {"size": 100, "mtime": 1.0}
-    assert "shard was modified (mtime 2.0, was 1.0" in (nvmeta.shard_changed(local, FileStat(100, mtime=2.0), 100, True) or "")
+    assert "shard was modified or copied (mtime 2.0, was 1.0" in (nvmeta.shard_changed(local, FileStat(100, mtime=2.0), 100, True) or "")
+    assert nvmeta.shard_changed(local, FileStat(100, mtime=2.0), 100, True, lambda: True) is None  # a copy
+    rewritten = nvmeta.shard_changed(local, FileStat(100, mtime=2.0), 100, True, lambda: False) or ""
+    assert "shard was modified (mtime 2.0, was 1.0" in rewritten and "rewritten in place" in rewritten
+    assert nvmeta.shard_changed(recorded, FileStat(100, etag="y"), 90, False, lambda: True) is None  # an S3 copy
     assert nvmeta.shard_changed(local, FileStat(100, mtime=1.0), 100, True) is None
     assert nvmeta.shard_changed({"size": 100}, FileStat(100, mtime=2.0), 100, True) is None  # no mtime recorded
     # never across storages: uploaded to S3 (not local), or prepared on S3 (an ETag recorded) and copied here
@@ -226,7 +231,7 @@ def test_shard_changed_rules() -> None:
     assert nvmeta.shard_changed(recorded, FileStat(100, mtime=2.0, etag="x"), 100) is None  # the ETag decides
     assert nvmeta.shard_changed(recorded, FileStat(100, etag="x"), 90) is None
     assert "was 100 at prepare" in (nvmeta.shard_changed(recorded, FileStat(101), 90) or "")
-    assert "ETag is y, was x" in (nvmeta.shard_changed(recorded, FileStat(100, etag="y"), 90) or "")
+    assert "ETag y, was x at prepare" in (nvmeta.shard_changed(recorded, FileStat(100, etag="y"), 90) or "")
     assert nvmeta.shard_changed({"size": 100}, FileStat(100, etag="y"), 90) is None  # no ETag recorded
     for rec in (None, {}, {"etag": "x"}):  # nothing (or no size) recorded: the .tar.idx end decides
         assert nvmeta.shard_changed(rec, FileStat(89, etag="x"), 90) == (

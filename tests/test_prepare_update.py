@@ -92,9 +92,10 @@ def test_update_after_append_change_and_remove(source: Path, tmp_path: Path) -> 
     # removed: an error naming the shard, the index untouched; then --drop-missing
     before = written(ds)
     (ds / "parts/data-000001.tar").unlink()
-    res = prepare(ds, "--update")
-    assert res.returncode != 0 and res.stderr.count("\n") == 1
-    assert "data-000001.tar" in res.stderr and "--drop-missing" in res.stderr
+    res = prepare(ds, "--update")  # COMMON has --json: the error is JSON on stdout (issue 26)
+    assert res.returncode == 1 and res.stderr == "" and res.stdout.count("\n") == 1
+    error = json.loads(res.stdout)["error"]["message"]
+    assert "data-000001.tar" in error and "--drop-missing" in error
     assert written(ds) == before
     report = update(ds, "--drop-missing")
     assert (report["scanned"], report["shards"]) == (0, 5)
@@ -130,4 +131,4 @@ def test_update_split_rules(source: Path, tmp_path: Path) -> None:
 
 def test_update_needs_a_prepared_dataset(source: Path) -> None:
     res = prepare(source, "--update")
-    assert res.returncode != 0 and res.stderr.count("\n") == 1 and "not a prepared dataset" in res.stderr
+    assert res.returncode == 1 and "not a prepared dataset" in json.loads(res.stdout)["error"]["message"]

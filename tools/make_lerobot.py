@@ -20,9 +20,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from shardstore.convert.lerobot.meta import column_numpy
+from shardstore.convert.lerobot.meta import column_numpy, tasks_table
 from shardstore.convert.lerobot.stats import image_stats, merge, sample_indices, vector_stats
-from shardstore.episodes.video import scheduling_kept
+from shardstore.episodes.video import import_av, scheduling_kept
 
 ENCODER = {"h264": "libx264", "av1": "libsvtav1", "hevc": "libx265"}
 DEFAULT_CAMERAS = {"observation.images.front": "h264", "observation.images.wrist": "av1"}
@@ -149,9 +149,7 @@ def encode_video(
     """Encode the frames of ``clips`` ((episode, frames) each) into one mp4. With ``align`` every
     clip starts on a keyframe (as LeRobot's per-episode files and its concatenations of them do);
     ``drop_last`` leaves out the last frame (a broken file for the tests)."""
-    import av
-
-    av.logging.set_level(av.logging.ERROR)
+    av = import_av()  # FFmpeg's log and SVT-AV1's banner silenced, as in shardstore's own encoder
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with scheduling_kept(), av.open(path, "w") as c:  # libsvtav1 as root would leave us SCHED_FIFO
         s = c.add_stream(ENCODER[codec], rate=Fraction(fps))
@@ -298,8 +296,7 @@ def make_lerobot(
         pq.write_table(
             pa.Table.from_pylist(rows), os.path.join(out, "meta/episodes/chunk-000/file-000.parquet")
         )
-        tasks = pa.table({"task_index": pa.array(range(len(TASKS)), pa.int64()), "__index_level_0__": TASKS})
-        pq.write_table(tasks, os.path.join(out, "meta/tasks.parquet"))
+        pq.write_table(tasks_table(TASKS), os.path.join(out, "meta/tasks.parquet"))  # as LeRobot's to_parquet
         with open(os.path.join(out, "meta/stats.json"), "w") as f:
             json.dump(  # the episodes' stats merged as LeRobot merges them (stats.merge)
                 {k: {s: np.asarray(v).tolist() for s, v in merge([e[k] for e in stats]).items()} for k in stats[0]},
@@ -342,17 +339,20 @@ def _np_default(value: object) -> object:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out")
-    ap.add_argument("--version", default="v2.1", choices=["v2.1", "v3.0"])
-    ap.add_argument("--episodes", type=int, default=4)
-    ap.add_argument("--frames", type=int, default=12)
-    ap.add_argument("--size", type=int, default=32)
-    ap.add_argument("--fps", type=int, default=10)
-    ap.add_argument("--chunks-size", type=int, default=2)
-    ap.add_argument("--episodes-per-file", type=int, default=2)
-    ap.add_argument("--gop", type=int, default=4)
-    ap.add_argument("--no-image", action="store_true")
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    ap.add_argument("out", help="folder to write (the dataset's root: meta/, data/, videos/)")
+    ap.add_argument("--version", default="v2.1", choices=["v2.1", "v3.0"], help="LeRobot codebase_version to write")
+    ap.add_argument("--episodes", type=int, default=4, help="number of episodes")
+    ap.add_argument("--frames", type=int, default=12, help="frames per episode")
+    ap.add_argument("--size", type=int, default=32, help="width and height of every camera's frames, in pixels")
+    ap.add_argument("--fps", type=int, default=10, help="frames per second (info.json's fps and the videos' rate)")
+    ap.add_argument("--chunks-size", type=int, default=2, help="episodes per chunk folder (info.json's chunks_size)")
+    ap.add_argument("--episodes-per-file", type=int, default=2,
+                    help="v3.0: episodes per data parquet and video file")
+    ap.add_argument("--gop", type=int, default=4, help="keyframe interval of the videos, in frames")
+    ap.add_argument("--no-image", action="store_true", help="leave out the PNG image feature (observation.image)")
     a = ap.parse_args()
     make_lerobot(
         a.out,

@@ -254,15 +254,15 @@ class ColumnLayout:
         layout's record type (a whole-episode read checks this; step reads trust the offsets)."""
         name = bytes(data[:100]).rstrip(b"\0")
         if name != f"{key}.{STEPS_PART}".encode():
-            raise DecodeError(f"the episode's first member is {name[:120]!r}, not {key}.{STEPS_PART}", member=where)
+            raise DecodeError(f"the episode's first member is {name[:120]!r}, not {key}.{STEPS_PART}", member=where, noun="")
         _, (dtype, shape, start) = parse_header(memoryview(data)[_BLOCK : _BLOCK + 65536 + 12], where)
         if dtype != self.dtype or shape != (rows,) or _BLOCK + start != self.rows_at(rows):
-            raise DecodeError(f"steps.npy holds {shape} of {dtype}, the schema says ({rows},) of {self.dtype}", member=where)
+            raise DecodeError(f"steps.npy holds {shape} of {dtype}, the schema says ({rows},) of {self.dtype}", member=where, noun="")
 
     def records(self, data: bytes | bytearray | memoryview, count: int, where: str, offset: int = 0) -> np.ndarray:
         """``count`` records from ``data`` at ``offset`` (``DecodeError`` when it is too short)."""
         if len(data) - offset < count * self.dtype.itemsize:
-            raise DecodeError(f"{len(data) - offset} bytes where {count} rows need {count * self.dtype.itemsize}", member=where)
+            raise DecodeError(f"{len(data) - offset} bytes where {count} rows need {count * self.dtype.itemsize}", member=where, noun="")
         return np.frombuffer(data, self.dtype, count, offset)
 
     def blob_span(self, rec: np.ndarray, limit: int, where: str, base: int = 0) -> tuple[int, int]:
@@ -275,7 +275,7 @@ class ColumnLayout:
         lo, hi = int(min(int(s.min()) for s in starts)), int(max(int(e.max()) for e in ends))
         if lo < base or hi > limit:
             raise DecodeError(f"values at bytes {lo} to {hi} of blobs.bin, outside the {base} to {limit} "
-                              "its sample (and the episode index) hold", member=where)
+                              "its sample (and the episode index) hold", member=where, noun="")
         return lo, hi
 
     def fields(self, rec: np.ndarray, blobs: bytes | memoryview, base: int, first: int, steps: int,
@@ -310,4 +310,4 @@ def _texts(values: list[bytes], where: str) -> list[str]:
     try:
         return [v.decode() for v in values]
     except UnicodeDecodeError as e:
-        raise DecodeError(f"text that is not UTF-8: {e}", member=where) from None
+        raise DecodeError(f"text that is not UTF-8: {e}", member=where, noun="") from None

@@ -48,14 +48,14 @@ def encode_episode(episode: Episode, schema: Schema, granularity: str, mtime: in
     number = episode.index
     where = f"episode {number}"
     if not 0 <= number <= MAX_EPISODE:
-        raise EpisodeFormatError(f"episode number must be 0..{MAX_EPISODE}", member=where)
+        raise EpisodeFormatError(f"episode number must be 0..{MAX_EPISODE}", member=where, noun="")
     n = episode.validate(schema)
     extra = any(f.rows == "steps+1" for f in schema.fields)
     samples = n + 1 if extra else n
     if samples == 0:
-        raise EpisodeFormatError("an episode without steps", member=where)
+        raise EpisodeFormatError("an episode without steps", member=where, noun="")
     if n > MAX_STEPS:
-        raise EpisodeFormatError(f"{n} steps; at most {MAX_STEPS} fit the key", member=where)
+        raise EpisodeFormatError(f"{n} steps; at most {MAX_STEPS} fit the key", member=where, noun="")
     members = TarMembers(mtime)
     blob_starts = b""
     if granularity == "columns":

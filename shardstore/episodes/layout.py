@@ -118,7 +118,7 @@ def extension(spec: FieldSpec) -> str:
     if spec.kind == "media":
         enc = spec.encoding.lower()
         if not _ENCODING_RE.match(enc):
-            raise EpisodeFormatError(f"media encoding {spec.encoding!r} is not a file extension", member=f"field {spec.name!r}")
+            raise EpisodeFormatError(f"media encoding {spec.encoding!r} is not a file extension", member=f"field {spec.name!r}", noun="")
         return _EXTENSIONS.get(enc, enc)
     return "txt" if spec.kind == "text" else "npy"
 

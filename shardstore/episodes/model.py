@@ -233,29 +233,29 @@ class Episode:
         for f in schema.fields:
             where = _where(self.index, f.name)
             if f.name not in self.steps:
-                raise EpisodeFormatError("field missing", path=source, member=where)
+                raise EpisodeFormatError("field missing", path=source, member=where, noun="")
             values = self.steps[f.name]
             want = n + (1 if f.rows == "steps+1" else 0)
             if len(values) != want:
                 raise EpisodeFormatError(
-                    f"{len(values)} rows where the episode has {want} ({n} steps)", path=source, member=where
+                    f"{len(values)} rows where the episode has {want} ({n} steps)", path=source, member=where, noun=""
                 )
             if f.kind == "array":
                 if not isinstance(values, np.ndarray):
-                    raise EpisodeFormatError("an array field needs a numpy array", path=source, member=where)
+                    raise EpisodeFormatError("an array field needs a numpy array", path=source, member=where, noun="")
                 if values.dtype.str != np.dtype(f.dtype).str or values.shape[1:] != f.shape:
                     raise EpisodeFormatError(
                         f"dtype {values.dtype.str} shape {values.shape[1:]} where the schema says "
                         f"{np.dtype(f.dtype).str} {f.shape}",
                         path=source,
-                        member=where,
+                        member=where, noun="",
                     )
             elif f.kind == "media" and not all(isinstance(v, bytes | bytearray | memoryview) for v in values):
-                raise EpisodeFormatError("a media field needs encoded bytes per step", path=source, member=where)
+                raise EpisodeFormatError("a media field needs encoded bytes per step", path=source, member=where, noun="")
             elif f.kind == "text" and not all(isinstance(v, str) for v in values):
-                raise EpisodeFormatError("a text field needs a string per step", path=source, member=where)
+                raise EpisodeFormatError("a text field needs a string per step", path=source, member=where, noun="")
             elif f.kind == "video" and not all(isinstance(v, VideoRef) for v in values):
-                raise EpisodeFormatError("a video field needs a VideoRef per step", path=source, member=where)
+                raise EpisodeFormatError("a video field needs a VideoRef per step", path=source, member=where, noun="")
         return n
 
 

@@ -49,7 +49,10 @@ class StagedFolder:
         prefix = f".{os.path.basename(self.out)}.shardstore-tmp-"
         _remove_dead(parent, prefix)
         self.path = os.path.join(parent, f"{prefix}{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        os.makedirs(self.path)
+        try:
+            os.mkdir(self.path)
+        except OSError as e:  # a parent that cannot be written (/proc, /sys, read-only): one line
+            raise StorageError(f"cannot write beside OUT here: {e.strerror}", path=self.out) from None
 
     def commit(self) -> None:
         """Move the finished folder to ``out``."""

@@ -71,12 +71,16 @@ FRAMES_KEPT = 32
 
 
 def import_av() -> Any:
-    """PyAV, or a ``MissingExtraError`` naming the extra; its log level quietened to errors."""
+    """PyAV, or a ``MissingExtraError`` naming the extra. FFmpeg's own log lines are silenced
+    (``PANIC``): an error reaches the user once, as shardstore's one line, whose exception text
+    still carries FFmpeg's last error message. SVT-AV1 prints its banner and warnings itself, past
+    FFmpeg's log: ``SVT_LOG=1`` (errors only) unless the user set it."""
+    os.environ.setdefault("SVT_LOG", "1")
     try:
         import av
     except ImportError as e:
         raise MissingExtraError(f"video needs PyAV: pip install 'shardstore[convert]' ({e})") from e
-    av.logging.set_level(av.logging.ERROR)
+    av.logging.set_level(av.logging.PANIC)
     return av
 
 

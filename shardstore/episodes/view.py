@@ -249,7 +249,7 @@ class Episodes:
         size = cl.dtype.itemsize
         at = start + cl.rows_at(rows)
         if at + rows * size > end:
-            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where)
+            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where, noun="")
         storage = self.dataset.storage
         span = (at + lo * size, (hi - lo) * size)
         if not cl.variable:
@@ -265,12 +265,12 @@ class Episodes:
         base, stop = int(starts[rows + 1 + lo]), int(starts[hi])
         if not base <= int(starts[lo]) <= stop <= end - first:
             raise DecodeError(f"the episode index puts values at bytes {base} to {stop} of blobs.bin, "
-                              f"which has {end - first}", member=where)
+                              f"which has {end - first}", member=where, noun="")
         blobs = storage.read_at(shard.name, first + base, stop - base)
         cuts = starts[lo:hi].tolist()
         ends = [*cuts[1:], stop]
         if any(b - a < size for a, b in zip(cuts, ends, strict=True)):
-            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=where)
+            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=where, noun="")
         cuts = [c - base for c in cuts]
         if hi - lo == 1:
             return memoryview(blobs)[cuts[0] : cuts[0] + size], blobs, base, n, where
@@ -662,19 +662,19 @@ class Episodes:
             return values  # type: ignore[return-value]
         where = f"episode {episode.index}, field {name!r}"
         if f.kind != "media" or f.encoding != "pickle":
-            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where)
+            raise DecodeError(f"a {f.kind} field has no array form", path=self.dataset.url, member=where, noun="")
         if not allow_pickle:
             raise PickleNotAllowedError(
                 "pickled steps (an episode-frame import): to_dict(allow_pickle=True) decodes them through "
                 "the restricted unpickler (numpy and builtins only)",
-                path=self.dataset.url, member=where,
+                path=self.dataset.url, member=where, noun="",
             )
         out = []
         for t, data in enumerate(values):
             try:
                 out.append(np.asarray(safepickle.loads(bytes(data))))  # type: ignore[arg-type]
             except ShardstoreError as err:
-                raise type(err)(err.detail, path=self.dataset.url, member=f"{where}, step {t}") from None
+                raise type(err)(err.detail, path=self.dataset.url, member=f"{where}, step {t}", noun="") from None
         return np.stack(out) if out else np.empty((0, *f.shape), dtype=np.dtype(f.dtype or "u1"))
 
     def __repr__(self) -> str:

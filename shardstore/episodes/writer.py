@@ -82,10 +82,10 @@ def infer_schema(episode: Episode) -> Schema:
             head = bytes(values[0][:8])  # type: ignore[arg-type]
             encoding = "png" if head.startswith(b"\x89PNG") else "jpeg" if head.startswith(b"\xff\xd8") else ""
             if not encoding:
-                raise EpisodeFormatError("media of unknown encoding: pass a schema", member=where)
+                raise EpisodeFormatError("media of unknown encoding: pass a schema", member=where, noun="")
             fields.append(FieldSpec(name, "media", "|u1", encoding=encoding, rows=rows))
         else:
-            raise EpisodeFormatError(f"cannot infer a field from {type(values).__name__}: pass a schema", member=where)
+            raise EpisodeFormatError(f"cannot infer a field from {type(values).__name__}: pass a schema", member=where, noun="")
     return Schema(tuple(fields))
 
 
@@ -182,9 +182,9 @@ class EpisodeWriter:
             raise ConfigError("EpisodeWriter writes a local folder; upload it afterwards", path=self.out)
         if granularity not in layout.GRANULARITIES:
             raise ConfigError(f"granularity must be one of {', '.join(layout.GRANULARITIES)}, not {granularity!r}",
-                              member="granularity")
+                              member="granularity", noun="argument")
         if shard_size <= 0:
-            raise ConfigError(f"shard_size must be positive, not {shard_size}", member="shard_size")
+            raise ConfigError(f"shard_size must be positive, not {shard_size}", member="shard_size", noun="argument")
         self.granularity = granularity
         self.shard_size = shard_size
         ratio = parse_split_ratio(split_ratio) if isinstance(split_ratio, str) else split_ratio
@@ -228,10 +228,10 @@ class EpisodeWriter:
         row = episode.row
         where = f"episode {row.number}"
         if row.number in self._numbers:
-            raise EpisodeFormatError("episode number written twice", member=where)
+            raise EpisodeFormatError("episode number written twice", member=where, noun="")
         split = episode.split if episode.split is not None else self._splitter.next()
         if not _SPLIT_RE.match(split):
-            raise EpisodeFormatError(f"split name {split!r} must be letters, digits and '_'", member=where)
+            raise EpisodeFormatError(f"split name {split!r} must be letters, digits and '_'", member=where, noun="")
         shards = self._shards.get(split)
         if shards is None:
             shards = self._shards[split] = _Shards(self.staging, split, self.shard_size, self._mtime)
@@ -390,7 +390,7 @@ def _members_mtime() -> int:
     if not value:
         return int(time.time())
     if not value.isdigit():
-        raise ConfigError(f"must be a whole number of seconds, not {value!r}", member="SOURCE_DATE_EPOCH")
+        raise ConfigError(f"must be a whole number of seconds, not {value!r}", member="SOURCE_DATE_EPOCH", noun="environment variable")
     return int(value)
 
 

@@ -255,11 +255,11 @@ class Interleaved:
     def __init__(self, datasets: Sequence[Any], weights: Sequence[float] | None, seed: int, longest: bool,
                  restart: bool = False, nominal_length: int | None = None) -> None:
         if not datasets:
-            raise ConfigError("interleave needs at least one dataset", member="datasets")
+            raise ConfigError("interleave needs at least one dataset", member="datasets", noun="argument")
         if weights is not None and (len(weights) != len(datasets) or any(w < 0 for w in weights) or sum(weights) <= 0):
-            raise ConfigError("weights must be one non-negative number per dataset, not all 0", member="weights")
+            raise ConfigError("weights must be one non-negative number per dataset, not all 0", member="weights", noun="argument")
         if nominal_length is not None and nominal_length < 0:
-            raise ConfigError("nominal_length must be a non-negative number of samples", member="nominal_length")
+            raise ConfigError("nominal_length must be a non-negative number of samples", member="nominal_length", noun="argument")
         self.datasets = list(datasets)
         self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(datasets)
         self.seed = seed

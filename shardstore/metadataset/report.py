@@ -81,7 +81,7 @@ def _parse_ref_spec(text: str) -> tuple[str | None, str, list[str | int]]:
     """``[STORE:]PART[field][0]`` -> (store or None, part, path)."""
     m = _REF_RE.match(text.strip())
     if m is None:
-        raise ConfigError(f"invalid --ref {text!r}; write PART[field] (e.g. json[image]) or STORE:json[image]", member="ref")
+        raise ConfigError(f"invalid --ref {text!r}; write PART[field] (e.g. json[image]) or STORE:json[image]", member="--ref", noun="option")
     path: list[str | int] = [int(t) if t.isdigit() else t for t in re.findall(r"\[([^\[\]]+)\]", m.group("path"))]
     return m.group("store"), m.group("part"), path
 

@@ -250,10 +250,49 @@ def umount(mountpoint: str | os.PathLike[str], timeout: float = 10.0) -> None:
     if not _is_mounted(mp):
         if pids:  # the mount is gone but its process is not
             _stop(pids, timeout)
+            _remove_made(mp)
             return
         raise MountError("not a FUSE mount point", path=mp)
     _detach(mp)
     _stop(pids, timeout)
+    _remove_made(mp)
+
+
+def _made_marker(mp: str) -> str:
+    """Where ``mount(..., mkdir=True)`` notes that it made ``mp`` (beside the mount's log), so the
+    unmount, in this process or another, removes it again."""
+    return _log_path(mp)[: -len(".log")] + ".made"
+
+
+def _make_mountpoint(mp: str, mkdir: bool) -> None:
+    """Refuse a missing mount point as mount(8), fusermount and ratarmount do; with ``mkdir``,
+    create its last component only (the parent must exist) and note it for the unmount."""
+    if os.path.isdir(mp):
+        return
+    if os.path.lexists(mp):
+        raise MountError("not a folder: a mount point must be an existing empty folder", path=mp)
+    if not mkdir:
+        raise MountError("no such folder: create the mount point first, or pass --mkdir", path=mp)
+    try:
+        os.mkdir(mp)
+    except FileNotFoundError:
+        raise MountError("its parent folder does not exist (--mkdir creates the last component only)", path=mp) from None
+    except OSError as e:
+        raise MountError(f"cannot create the mount point: {e.strerror}", path=mp) from None
+    with open(_made_marker(mp), "w"):
+        pass
+
+
+def _remove_made(mp: str) -> None:
+    """After an unmount: remove the mount point if ``--mkdir`` made it (and it is empty)."""
+    marker = _made_marker(mp)
+    if not os.path.exists(marker):
+        return
+    try:
+        os.rmdir(mp)
+    except OSError as e:
+        log.warning("could not remove the mount point %s made by --mkdir: %s", mp, e.strerror)
+    os.unlink(marker)
 
 
 def _detach(mp: str) -> None:
@@ -297,11 +336,13 @@ class MountHandle:
         return _is_mounted(self.mountpoint)
 
     def unmount(self, timeout: float = 10.0) -> None:
-        """Unmount and wait for the mount process to end (idempotent)."""
+        """Unmount and wait for the mount process to end (idempotent); remove the mount point if
+        ``mkdir`` made it."""
         if self.mounted:
             _detach(self.mountpoint)
         proc = self.process
         if proc is None or proc.returncode is not None:
+            _remove_made(self.mountpoint)
             return
         try:
             proc.wait(timeout)  # the loop ends by itself once unmounted
@@ -317,6 +358,7 @@ class MountHandle:
                 os.unlink(self.log_path)
             except FileNotFoundError:
                 pass
+        _remove_made(self.mountpoint)
 
     def __enter__(self) -> MountHandle:
         return self
@@ -338,6 +380,7 @@ def mount(
     timeout: float = 120.0,
     direct_io_min: int | None = None,
     split: str | None = None,
+    mkdir: bool = False,
 ) -> MountHandle:
     """Mount a prepared dataset (path or URL, a ``Dataset``, or a metadataset YAML) read-only.
 
@@ -355,9 +398,12 @@ def mount(
     reading the shard directly, but bypass the mount's page cache (each read is a request, small
     reads are slow, ``MAP_SHARED`` ``mmap`` fails with ENODEV). 0 keeps every member in the page
     cache and spares local opens their round trip (the kernel then opens files by itself).
+
+    ``mountpoint`` must be an existing folder (``MountError`` otherwise); ``mkdir=True`` creates
+    its last component, removed again by the unmount.
     """
     if layout not in LAYOUTS:
-        raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
+        raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout", noun="argument")
     if isinstance(dataset, Dataset):
         url = dataset.url
         storage_options = storage_options if storage_options is not None else dataset.storage_options
@@ -369,12 +415,20 @@ def mount(
     mp = _canonical(mountpoint)
     if _is_mounted(mp):
         raise MountError("already a mount point: unmount it first (`shardstore umount`)", path=mp)
-    os.makedirs(mp, exist_ok=True)
     if foreground:
-        serve(url, mp, layout, storage_options, direct_io_min, split)
+        _make_mountpoint(mp, mkdir)
+        try:
+            serve(url, mp, layout, storage_options, direct_io_min, split)
+        finally:
+            _remove_made(mp)
         return MountHandle(mp, None, None)
     open_tree(url, layout, storage_options, split)  # a dataset that cannot mount fails here, in the caller's words
-    return _spawn(url, mp, layout, storage_options, timeout, direct_io_min, split)
+    _make_mountpoint(mp, mkdir)
+    try:
+        return _spawn(url, mp, layout, storage_options, timeout, direct_io_min, split)
+    except BaseException:
+        _remove_made(mp)
+        raise
 
 
 def _spawn(

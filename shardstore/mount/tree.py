@@ -187,7 +187,7 @@ class Tree:
 
     def __init__(self, dataset: Dataset, layout: str = "flat", split: str | None = None) -> None:
         if layout not in LAYOUTS:
-            raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout")
+            raise ConfigError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}", member="layout", noun="argument")
         self.dataset = dataset
         self.layout = layout
         self.index = dataset.index

@@ -444,7 +444,8 @@ def test_cli_import_info_export(task: Path, tmp_path: Path) -> None:
     r = _cli("import", "episode-wds", task, tmp_path / "ds", "--json")
     assert r.exit_code == 0, r.output
     got = json.loads(r.output)
-    assert got["datasets"][0]["episodes"] == 5 and got["datasets"][0]["subflavors"]["task"] == "MoveToCorner"
+    assert (got["format"], got["path"], got["episodes"]) == ("episode-wds", str(tmp_path / "ds"), 5)
+    assert got["extras"]["datasets"][0]["episodes"] == 5 and got["extras"]["datasets"][0]["subflavors"]["task"] == "MoveToCorner"
     r = _cli("info", tmp_path / "ds")
     assert r.exit_code == 0 and f"{__name__}.EnvMeta (not loaded)" in r.output and "task=MoveToCorner" in r.output
     r = _cli("export", "episode-wds", tmp_path / "ds", tmp_path / "back", "--no-compress")

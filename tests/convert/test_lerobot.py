@@ -38,7 +38,7 @@ from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from make_lerobot import encode_video, make_lerobot  # noqa: E402
+from make_lerobot import TASKS, encode_video, make_lerobot  # noqa: E402
 
 CAMS = ("observation.images.front", "observation.images.wrist")  # h264, av1
 EXE = [sys.executable, "-m", "shardstore.cli"]
@@ -224,6 +224,22 @@ def test_torch_adapter_gives_chw_float(imported: dict[str, Path]) -> None:
     want = view.window(1, 1, 1, 0)[CAMS[0]]
     assert item[CAMS[0]].dtype == torch.float32 and tuple(item[CAMS[0]].shape) == (2, 3, 32, 32)
     np.testing.assert_allclose(item[CAMS[0]].numpy(), want.transpose(0, 3, 1, 2) / 255.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v3.0"])
+def test_torch_items_carry_the_task_string(imported: dict[str, Path], version: str) -> None:
+    """As ``LeRobotDataset.__getitem__``: ``task`` is the tasks table's string of the frame's
+    ``task_index`` (make_lerobot gives episode e the task ``TASKS[e % len(TASKS)]``)."""
+    pytest.importorskip("torch")
+    from shardstore.torch import EpisodeStepDataset
+
+    for window in (None, (2, 1)):
+        ds = EpisodeStepDataset(str(imported[version]), window=window)
+        for i in (0, 12, 25, len(ds) - 1):
+            e, _ = ds.locate(i)
+            item = ds[i]
+            assert item["task"] == TASKS[item["__episode__"] % len(TASKS)], (window, i)
+            assert isinstance(item["task"], str) and e == item["__episode__"]
 
 
 def test_metadataset_yaml_names_the_video_store(imported: dict[str, Path]) -> None:
@@ -516,4 +532,45 @@ def test_cli_check_import_export(sources: dict[str, Path], tmp_path: Path) -> No
         env=env,
     )
     assert again.returncode == 1, again.stderr
-    assert "already exists" in again.stderr
+    assert "already holds a LeRobot dataset" in again.stderr and "--force" in again.stderr
+    forced = subprocess.run(
+        [*EXE, "export", "lerobot", str(tmp_path / "ds2"), str(tmp_path / "v30"), "--version", "2.1", "--force", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["version"] == "v2.1"
+    assert json.loads((tmp_path / "v30/meta/info.json").read_text())["codebase_version"] == "v2.1"
+
+
+LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
+LEROBOT_TASKS = r"""
+import json, sys
+from lerobot.datasets.lerobot_dataset import LeRobotDataset
+ds = LeRobotDataset("local/export", root=sys.argv[1])
+print(json.dumps([[ds[i]["task"], int(ds[i]["task_index"])] for i in range(len(ds))]))
+"""
+
+
+@pytest.mark.slow
+def test_lerobot_reads_the_task_strings_of_an_export(tmp_path: Path) -> None:
+    """LeRobot 0.6.1 itself (its own venv) loads a v3.0 export: each item's ``task`` is the string
+    shardstore's ``EpisodeStepDataset`` gives (tasks.parquet written as LeRobot writes it)."""
+    if not LEROBOT_PYTHON.exists():
+        pytest.skip(f"{LEROBOT_PYTHON} is missing (lerobot's own venv)")
+    from shardstore.convert.lerobot import export_lerobot, import_lerobot
+    from shardstore.torch import EpisodeStepDataset
+
+    src = make_lerobot(str(tmp_path / "src"), version="v2.1", episodes=3, frames=[8, 4, 8], size=16,
+                       cameras={"observation.images.front": "h264"})
+    import_lerobot(src, str(tmp_path / "ds"))
+    export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v30"), version="3.0")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    res = subprocess.run([str(LEROBOT_PYTHON), "-c", LEROBOT_TASKS, str(tmp_path / "v30")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    theirs = json.loads(res.stdout.strip().splitlines()[-1])
+    ours = EpisodeStepDataset(str(tmp_path / "ds"))
+    assert [[ours[i]["task"], int(ours[i]["task_index"])] for i in range(len(ours))] == theirs
+    assert {t for t, _ in theirs} == set(TASKS)

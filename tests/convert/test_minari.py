@@ -263,7 +263,7 @@ def test_bad_input_names_file_episode_and_field(tmp_path: Path, minari_root: Pat
     (no_meta / "data/metadata.json").unlink()
     cases = [
         (tmp_path / "x", "main_data.hdf5: not a Minari dataset"),
-        (src, r"main_data.hdf5, member \"episode 2, field 'actions._index_1'\": 1 rows where the episode has \d+ steps"),
+        (src, r"main_data.hdf5, episode 2, field 'actions._index_1': 1 rows where the episode has \d+ steps"),
         (no_meta, "metadata.json: missing"),
     ]
     for source, message in cases:
@@ -282,7 +282,7 @@ def test_cli_import_info_export_and_force(tmp_path: Path, minari_root: Path) -> 
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["episodes"] == 5 and summary["steps"] == minari.load_dataset(env_src).total_steps
-    assert set(summary) >= {"episodes", "steps", "bytes", "seconds"} and summary["splits"] == {"train": 3, "val": 1, "test": 1}
+    assert set(summary) >= {"episodes", "steps", "bytes", "seconds"} and summary["extras"]["splits"] == {"train": 3, "val": 1, "test": 1}
     info = run_cli("info", str(out))
     assert "episodes     5 (" in info.stdout and "source: minari 0.5" in info.stdout
     exported = run_cli("export", "minari", str(out), str(minari_root / "cli/cp-v0"), "--json")  # from 3 splits

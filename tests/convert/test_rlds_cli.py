@@ -70,8 +70,14 @@ def test_import_random_steps(imported: tuple[Path, Path, dict[str, list[dict[str
 def test_export_is_byte_identical(imported: tuple[Path, Path, Any], tmp_path: Path) -> None:
     src, ds, _ = imported
     out = tmp_path / "export" / "robo" / "1.0.0"
-    res = run("export", "rlds", str(ds), str(out))
-    assert "train: 5 episodes in 3 shards, val: 2 episodes in 2 shards" in res.output
+    res = run("export", "rlds", str(ds), str(out), "--json")
+    report = json.loads(res.output)  # the one report shape of every import and export (issue 26)
+    assert (report["path"], report["format"], report["version"]) == (str(out), "rlds", "1.0.0")
+    assert (report["episodes"], report["steps"], report["source"]) == (7, 20, str(ds))
+    assert report["bytes"] == sum(p.stat().st_size for p in out.iterdir())
+    assert report["extras"]["splits"] == [
+        {"name": "train", "episodes": 5, "shards": 3}, {"name": "val", "episodes": 2, "shards": 2},
+    ]
     for p in src.iterdir():
         if p.name == "dataset_info.json":
             assert json.loads((out / p.name).read_text()) == json.loads(p.read_text())

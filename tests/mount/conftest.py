@@ -41,7 +41,7 @@ def mounted(fuse: None, tmp_path: Path) -> Iterator[Callable[..., MountHandle]]:
     handles: list[MountHandle] = []
 
     def make(dataset: Any, layout: str = "flat", **kw: Any) -> MountHandle:
-        handle = shardstore.mount(dataset, tmp_path / f"mnt{len(handles)}", layout=layout, **kw)
+        handle = shardstore.mount(dataset, tmp_path / f"mnt{len(handles)}", layout=layout, mkdir=True, **kw)
         handles.append(handle)
         return handle
 

@@ -18,6 +18,7 @@ import pytest
 from mount_helpers import MountData, build_dataset, mount_rss, sh
 
 import shardstore
+from shardstore.errors import MountError
 from shardstore.mount import MountHandle, umount
 from shardstore.mount.process import _is_mounted, _server_pids
 
@@ -179,7 +180,7 @@ def test_a_changed_shard_gives_eio_and_a_log_line(fuse: None, tmp_path: Path, mo
 
 
 def test_unmount_leaves_no_process_and_context_manager(mount_data: MountData, fuse: None, tmp_path: Path) -> None:
-    with shardstore.mount(mount_data.path, tmp_path / "m", layout="samples") as handle:
+    with shardstore.mount(mount_data.path, tmp_path / "m", layout="samples", mkdir=True) as handle:
         pid = handle.pid
         assert handle.mounted and (tmp_path / "m" / "top0" / "txt").read_bytes() == b"caption top0"
     assert not _is_mounted(str(tmp_path / "m"))
@@ -188,7 +189,7 @@ def test_unmount_leaves_no_process_and_context_manager(mount_data: MountData, fu
 
 
 def test_unmount_while_a_file_is_open_is_lazy(mount_data: MountData, fuse: None, tmp_path: Path) -> None:
-    handle = shardstore.mount(mount_data.path, tmp_path / "m")
+    handle = shardstore.mount(mount_data.path, tmp_path / "m", mkdir=True)
     f = open(Path(handle.mountpoint) / "big/blob.bin", "rb")
     try:
         assert f.read(4)
@@ -203,9 +204,9 @@ def test_mount_errors_are_typed(mount_data: MountData, fuse: None, tmp_path: Pat
     with pytest.raises(shardstore.ShardstoreError, match="layout"):
         shardstore.mount(mount_data.path, tmp_path / "m", layout="tree")
     with pytest.raises(shardstore.ShardstoreError, match="not a prepared dataset|no .nv-meta|exited"):
-        shardstore.mount(tmp_path, tmp_path / "m2")
+        shardstore.mount(tmp_path, tmp_path / "m2", mkdir=True)
     assert not _is_mounted(str(tmp_path / "m2"))
-    with shardstore.mount(mount_data.path, tmp_path / "m3"):
+    with shardstore.mount(mount_data.path, tmp_path / "m3", mkdir=True):
         with pytest.raises(shardstore.ShardstoreError, match="already a mount point"):
             shardstore.mount(mount_data.path, tmp_path / "m3")
     with pytest.raises(shardstore.ShardstoreError, match="not a FUSE mount point"):
@@ -213,8 +214,10 @@ def test_mount_errors_are_typed(mount_data: MountData, fuse: None, tmp_path: Pat
 
 
 def _cli(*args: object) -> subprocess.CompletedProcess[str]:
+    """``shardstore ARGS``; a ``mount`` gets ``--mkdir`` (the tests mount on fresh paths)."""
+    extra = ["--mkdir"] if args[:1] == ("mount",) else []
     return subprocess.run(
-        [sys.executable, "-m", "shardstore.cli", *map(str, args)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "shardstore.cli", *map(str, args), *extra], capture_output=True, text=True, timeout=120
     )
 
 
@@ -239,6 +242,7 @@ def test_cli_mount_detaches_and_umount_ends_it(mount_data: MountData, fuse: None
 
 def test_cli_umount_after_the_mount_process_died(mount_data: MountData, fuse: None, tmp_path: Path) -> None:
     mp = tmp_path / "dead"
+    mp.mkdir()  # the user's folder: it stays after the unmount
     assert _cli("mount", mount_data.path, mp, "-q").returncode == 0
     [pid] = _server_pids(str(mp))
     os.kill(pid, signal.SIGKILL)
@@ -390,7 +394,7 @@ def test_metadataset_yaml_mounts_one_folder_per_dataset(
 def test_cli_mount_foreground_serves_until_unmounted(mount_data: MountData, fuse: None, tmp_path: Path) -> None:
     mp = tmp_path / "fg"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardstore.cli", "mount", str(mount_data.path), str(mp), "--foreground"],
+        [sys.executable, "-m", "shardstore.cli", "mount", str(mount_data.path), str(mp), "--foreground", "--mkdir"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -483,3 +487,30 @@ def test_a_dataset_opened_on_a_split_mounts_that_split(prepared: Path, mounted: 
     assert len(os.listdir(whole.mountpoint)) == 100 * 3 + 2
     with pytest.raises(shardstore.ShardstoreError, match="no split 'nope' to mount"):
         mounted(str(prepared), split="nope")
+
+
+def test_a_missing_mount_point_is_refused_and_mkdir_makes_the_last_component_only(
+    mount_data: MountData, fuse: None, tmp_path: Path
+) -> None:
+    """As mount(8), fusermount3 and ratarmount (issue 26, point 4)."""
+    missing = tmp_path / "no" / "such" / "mnt"
+    done = subprocess.run([sys.executable, "-m", "shardstore", "mount", str(mount_data.path), str(missing)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and "no such folder" in done.stderr
+    assert "--mkdir" in done.stderr and not (tmp_path / "no").exists()
+    with pytest.raises(MountError, match="parent folder does not exist"):
+        shardstore.mount(mount_data.path, missing, mkdir=True)
+    assert not (tmp_path / "no").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(MountError, match="not a folder"):
+        shardstore.mount(mount_data.path, tmp_path / "file", mkdir=True)
+    made = tmp_path / "made"
+    assert _cli("mount", mount_data.path, made, "-q").returncode == 0  # _cli adds --mkdir
+    assert _is_mounted(str(made)) and (made / "top0.txt").read_bytes() == b"caption top0"
+    assert _cli("umount", made, "-q").returncode == 0
+    assert not made.exists()  # made by --mkdir, removed by the unmount
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with shardstore.mount(mount_data.path, kept, mkdir=True):
+        pass
+    assert kept.is_dir()  # a folder the user made stays

@@ -107,7 +107,7 @@ def test_s3_reads_sequential_and_random(
 def test_s3_mount_is_read_only_and_unmounts_cleanly(
     s3_dataset: str, storage_options: dict[str, Any], fuse: None, tmp_path: Path
 ) -> None:
-    handle = shardstore.mount(s3_dataset, tmp_path / "m", storage_options=storage_options)
+    handle = shardstore.mount(s3_dataset, tmp_path / "m", storage_options=storage_options, mkdir=True)
     try:
         with pytest.raises(OSError) as e:
             open(Path(handle.mountpoint) / "top0.txt", "wb")

@@ -73,7 +73,7 @@ def wait_mounted(mp: str, proc: subprocess.Popen[bytes], timeout: float = 600) -
 
 @contextmanager
 def shardstore_mount(data: Path, mp: str, layout: str = "flat") -> Iterator[int]:
-    handle = shardstore.mount(data, mp, layout=layout)
+    handle = shardstore.mount(data, mp, layout=layout, mkdir=True)
     try:
         yield handle.pid  # type: ignore[misc]
     finally:

@@ -77,7 +77,7 @@ def import_episode_wds(
     tasks = find_tasks(src)
     root = Path(out)
     if blend_yaml and len(tasks) == 1:
-        raise ConfigError("--blend-yaml blends several tasks; this source holds one", path=str(src), member="blend_yaml")
+        raise ConfigError("--blend-yaml blends several tasks; this source holds one", path=str(src), member="--blend-yaml", noun="option")
     reports, flavors, paths = [], [], []
     for task in tasks:
         stream = read_task(task, allow_pickle=allow_pickle)

@@ -523,7 +523,7 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
                 safe_name(name, SCHEMA_WHERE, "shard name")  # a name from the dataset's own files
                 if name in names:  # its episodes are not together in the stream: refuse, never overwrite
                     raise EpisodeFormatError(
-                        f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}"
+                        f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}", noun=""
                     )
             writer = _ShardWriter(stage / name, _metadata_for(stream, shards.get(src or "")))
             current = src
@@ -601,7 +601,7 @@ def _step_parts(schema: Schema, episode: Episode, t: int, n: int) -> Iterable[tu
             value = values[t]
             out.append((f"{f.name}.pickle", pickle.dumps(value, protocol=4)))
         else:
-            raise EpisodeFormatError(f"a {f.kind} field has no place in this layout", member=f"episode {episode.index}, field {f.name!r}")
+            raise EpisodeFormatError(f"a {f.kind} field has no place in this layout", member=f"episode {episode.index}, field {f.name!r}", noun="")
     if DONES not in schema.names:
         out.append((f"{DONES}.pickle", pickle.dumps(np.bool_(t == n - 1), protocol=4)))
     return sorted(out)

@@ -222,7 +222,7 @@ def _episodes(
                     raise LeRobotFormatError(
                         "the rows dataset_from_index..dataset_to_index are not this episode's",
                         path=storage.url(entry.data_file),
-                        member=f"episode {entry.index}",
+                        member=f"episode {entry.index}", noun="",
                     )
             yield _episode(entry, table, schema, fps, storage, decoder, frames, split_of(entry.index))
     finally:
@@ -265,7 +265,7 @@ def _episode(
             try:
                 arr = column_numpy(table.column(f.name), n)
             except ValueError as e:
-                raise LeRobotFormatError(str(e), path=storage.url(entry.data_file), member=where) from e
+                raise LeRobotFormatError(str(e), path=storage.url(entry.data_file), member=where, noun="") from e
             steps[f.name] = arr.astype(np.dtype(f.dtype), copy=False)
     metadata: dict[str, Any] = {"tasks": entry.tasks, "length": n, "source_row": _plain(entry.row)}
     if entry.stats:
@@ -455,13 +455,15 @@ def export_lerobot(
     version: str | None = None,
     progress: Callable[[int], None] | None = None,
     storage_options: dict[str, Any] | None = None,
+    force: bool = False,
 ) -> WriteReport:
     """Export an episode dataset imported from LeRobot (or any episode dataset) to LeRobot ``version``
-    (default: the version it came from) at ``out``; see ``lerobot_write``."""
+    (default: the version it came from) at ``out``, replacing a LeRobot dataset there only with
+    ``force``; see ``write_lerobot``."""
     from ...episodes import episodes
 
     view = episodes(dataset, storage_options=storage_options)
-    return write_lerobot(view.stream(), out, version=version, progress=progress)
+    return write_lerobot(view.stream(), out, version=version, progress=progress, force=force)
 
 
 def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[float]]) -> dict[str, Any]:

@@ -60,7 +60,7 @@ class CheckReport(FormatReport):
                     )
                     if w
                 )
-                raise LeRobotFormatError(p.message, path=p.file or self.source, member=member or None)
+                raise LeRobotFormatError(p.message, path=p.file or self.source, member=member or None, noun="")
 
 
 def check_lerobot(storage: Storage) -> tuple[CheckReport, LeRobotMeta | None]:

@@ -19,7 +19,7 @@ import contextlib
 import io
 import json
 import string
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,6 +153,20 @@ def _json(data: bytes, path: str) -> Any:
         raise LeRobotFormatError(f"not valid JSON: {type(e).__name__}: {e}", path=path) from e
 
 
+def _whole(row: dict[str, Any], key: str, where: str, n: int) -> int:
+    """``row[key]`` as a whole number, else a ``LeRobotFormatError`` naming the file, the row (the
+    ``n``-th object) and the field: ``'length' is 'twelve', not a whole number``."""
+    value = row.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    what = "missing" if value is None else f"{value!r}, not a whole number"
+    raise LeRobotFormatError(f"row {n}: {key!r} is {what}", path=where)
+
+
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
     """One JSON object per line (blank lines allowed); anything else names the line."""
     rows = []
@@ -230,13 +244,15 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
     stats_rows = _jsonl(
         meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl")
     )
-    stats = {int(r["episode_index"]): r.get("stats", {}) for r in stats_rows}
+    stats_where = storage.url("meta/episodes_stats.jsonl")
+    stats = {_whole(r, "episode_index", stats_where, i): r.get("stats", {}) for i, r in enumerate(stats_rows, 1)}
     where = storage.url("meta/episodes.jsonl")
-    for row in _jsonl(meta.files["meta/episodes.jsonl"], where):
-        try:
-            ep, length, ep_tasks = int(row["episode_index"]), int(row["length"]), list(row.get("tasks", []))
-        except (KeyError, TypeError, ValueError) as e:
-            raise LeRobotFormatError(f"episode row {row} lacks {e}", path=where) from e
+    for i, row in enumerate(_jsonl(meta.files["meta/episodes.jsonl"], where), 1):
+        ep, length = _whole(row, "episode_index", where, i), _whole(row, "length", where, i)
+        tasks_value = row.get("tasks", [])
+        if not isinstance(tasks_value, list):
+            raise LeRobotFormatError(f"row {i}: 'tasks' is {tasks_value!r}, not a list", path=where)
+        ep_tasks = list(tasks_value)
         chunk = ep // info["chunks_size"]
         data = fill(info["data_path"], storage.url(INFO), episode_chunk=chunk, episode_index=ep)
         videos = {
@@ -257,6 +273,32 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
         meta.episodes.append(
             EpisodeEntry(ep, length, ep_tasks, data, None, videos, row, _stats_numpy(stats.get(ep, {})))
         )
+
+
+def tasks_table(tasks: Sequence[str]) -> Any:
+    """v3.0's ``meta/tasks.parquet`` as LeRobot writes it (``DataFrame.to_parquet`` of a frame
+    indexed by the task string): columns ``task_index`` and ``task``, and the pandas metadata that
+    makes ``task`` the index again when LeRobot reads it (``tasks.iloc[i].name`` is then the
+    string; without it LeRobot's items get the row number as their ``task``)."""
+    import_arrow()  # pyarrow is there, or the error naming the extra
+    import pyarrow as pa
+
+    pandas_meta = {
+        "index_columns": ["task"],
+        "column_indexes": [
+            {"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
+             "metadata": {"encoding": "UTF-8"}},
+        ],
+        "columns": [
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
+            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+        ],
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": "2.2.0",
+    }
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(list(tasks), pa.string())})
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
 
 
 def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:

@@ -23,8 +23,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -35,9 +33,10 @@ import numpy as np
 from ...episodes.model import Episode, EpisodeStream, Schema
 from ...episodes.mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
 from ...episodes.names import safe_relpath
+from ...episodes.staging import StagedFolder
 from ...episodes.video import VideoRef, import_av, scheduling_kept
 from ...errors import LeRobotFormatError
-from .meta import VERSIONS, flatten_stats, import_arrow
+from .meta import VERSIONS, flatten_stats, import_arrow, tasks_table
 
 __all__ = ["WriteReport", "write_lerobot"]
 
@@ -123,7 +122,7 @@ class _Writer:
             values = episode.steps.get(f.name)
             if values is None:
                 raise LeRobotFormatError(
-                    "no values for the parquet column", member=f"episode {episode.index}, field {f.name!r}"
+                    "no values for the parquet column", member=f"episode {episode.index}, field {f.name!r}", noun=""
                 )
             if pa.types.is_struct(f.type):  # an image: {bytes, path}
                 paths = (episode.metadata.get("image_paths") or {}).get(f.name) or [None] * n
@@ -203,15 +202,15 @@ class _Writer:
         values = episode.steps.get(key)
         where = f"episode {episode.index}, camera {key!r}"
         if values is None:
-            raise LeRobotFormatError("no frames for the camera", member=where)
+            raise LeRobotFormatError("no frames for the camera", member=where, noun="")
         if n and isinstance(values, list) and isinstance(values[0], VideoRef):
             name = values[0].file
             frames = [r.frame for r in values]
             if any(r.file != name for r in values) or frames != list(range(frames[0], frames[0] + n)):
-                raise LeRobotFormatError("frames are not consecutive frames of one video file", member=where)
+                raise LeRobotFormatError("frames are not consecutive frames of one video file", member=where, noun="")
             opener = self.stream.video_files.get(name)
             if opener is None:
-                raise LeRobotFormatError("the stream has no such video file", path=name, member=where)
+                raise LeRobotFormatError("the stream has no such video file", path=name, member=where, noun="")
             if name not in self.probes:
                 with opener() as f:
                     self.probes[name] = probe(f, name)
@@ -342,8 +341,7 @@ class _Writer:
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
             rows.append(row)
         pq.write_table(pa.Table.from_pylist(rows), self._out(V30_EPISODES))
-        table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "__index_level_0__": tasks})
-        pq.write_table(table, self._out("meta/tasks.parquet"))
+        pq.write_table(tasks_table(tasks), self._out("meta/tasks.parquet"))
         self._json("meta/stats.json", _listed(aggregate_stats([r["stats"] for r in self.rows])))
 
     # ----- files ---------------------------------------------------------------------------------
@@ -370,32 +368,33 @@ def write_lerobot(
     *,
     version: str | None = None,
     progress: Callable[[int], None] | None = None,
+    force: bool = False,
 ) -> WriteReport:
-    """Write ``stream`` as a LeRobot dataset at ``out`` (a local folder that must not exist yet).
+    """Write ``stream`` as a LeRobot dataset at ``out`` (a local folder: missing or empty, or
+    holding a LeRobot dataset that ``force`` replaces). Staged beside ``out`` and moved into place.
 
     ``version`` is ``"v2.1"`` or ``"v3.0"`` (``"2.1"``/``"3.0"`` too); by default the version the
     stream came from, else v3.0. ``progress(n)`` is called after each episode.
     """
     version = _version(version or stream.schema.source_version or "v3.0")
-    out = os.path.abspath(out)
-    if os.path.exists(out):
-        raise LeRobotFormatError("the output already exists; export writes a new folder", path=out)
-    parent = os.path.dirname(out)
-    os.makedirs(parent, exist_ok=True)
-    stage = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.partial-{uuid.uuid4().hex[:8]}-", dir=parent)
-    report = WriteReport(out, version)
+    staged = StagedFolder(out, force=force, holds=_holds_lerobot, what="a LeRobot dataset")
+    report = WriteReport(staged.out, version)
     try:
-        writer = _Writer(stream, stage, version, report)
+        writer = _Writer(stream, staged.path, version, report)
         for i, episode in enumerate(stream.episodes, 1):
             writer.add(episode)
             if progress is not None:
                 progress(i)
         writer.finish()
-        os.replace(stage, out)
+        staged.commit()
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        staged.abort()
         raise
     return report
+
+
+def _holds_lerobot(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "meta", "info.json"))
 
 
 def _whole_file(clips: Sequence[Clip], info: VideoInfo) -> bool:
@@ -535,7 +534,7 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
         for v in values
     ]
     if not pics:
-        raise LeRobotFormatError("no frames to encode", member=where)
+        raise LeRobotFormatError("no frames to encode", member=where, noun="")
     rate = Fraction(fps).limit_denominator(1001)
     buf = io.BytesIO()
     with scheduling_kept(), av.open(buf, "w", format="mp4") as c:

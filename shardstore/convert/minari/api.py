@@ -122,6 +122,11 @@ def locate(src: str | os.PathLike[str]) -> tuple[Path | None, Path]:
     folder, a ``main_data.hdf5`` file, or a dataset id under ``datasets_root()``."""
     path = Path(src)
     if path.is_file():
+        if path.name != minari_hdf5.MAIN_FILE:
+            raise EpisodeFormatError(
+                f"not a Minari dataset: give its folder, its data folder or its {minari_hdf5.MAIN_FILE}",
+                path=os.path.abspath(path),
+            )
         return None, path.parent
     if path.is_dir():
         if (path / "data").is_dir():
@@ -150,7 +155,7 @@ def inspect_source(src: str | os.PathLike[str]) -> MinariSource:
             raise EpisodeFormatError(f"invalid JSON: {e}", path=str(meta_path)) from e
         backend = str(metadata.get("data_format", "hdf5"))
         if backend not in BACKENDS:
-            raise EpisodeFormatError(f"unknown data_format {backend!r}", path=str(meta_path), member="data_format")
+            raise EpisodeFormatError(f"unknown data_format {backend!r}", path=str(meta_path), member="data_format", noun="key")
         found = {top: spaces.parse(metadata.get(key)) for top, key in spaces.TOP.items()}
         return MinariSource(dataset_dir, data, "0.5", backend, metadata, None, found,
                             bool(metadata.get("jpeg_encoding", True)))
@@ -169,7 +174,7 @@ def inspect_source(src: str | os.PathLike[str]) -> MinariSource:
         return MinariSource(dataset_dir, data, version, "hdf5", None, attrs, found, False)
     if data.is_dir() and minari_arrow.episode_dirs(data):
         raise EpisodeFormatError("missing: a Minari 0.5 dataset needs it", path=str(meta_path))
-    raise EpisodeFormatError(f"not a Minari dataset (no {minari_hdf5.MAIN_FILE} or {METADATA_JSON})", path=str(data))
+    raise EpisodeFormatError(f"not a Minari dataset (no {minari_hdf5.MAIN_FILE} or {METADATA_JSON})", path=os.path.abspath(data))
 
 
 def _source_files(source: MinariSource) -> dict[str, bytes]:
@@ -262,13 +267,13 @@ def _layout(schema: Schema, version: str | None, backend: str | None) -> tuple[s
     from_minari = schema.source_format == "minari"
     version = version or (schema.source_version if from_minari and schema.source_version in VERSIONS else "0.5")
     if version not in VERSIONS:
-        raise ConfigError(f"unknown Minari layout version {version!r}; one of {', '.join(VERSIONS)}", member="minari_version")
+        raise ConfigError(f"unknown Minari layout version {version!r}; one of {', '.join(VERSIONS)}", member="--minari-version", noun="option")
     default = str(schema.attrs.get("data_format", "hdf5")) if from_minari and version == "0.5" else "hdf5"
     backend = backend or default
     if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}", member="backend")
+        raise ConfigError(f"unknown backend {backend!r}; one of {', '.join(BACKENDS)}", member="--backend", noun="option")
     if version != "0.5" and backend != "hdf5":
-        raise ConfigError(f"Minari {version} has only the hdf5 backend", member="backend")
+        raise ConfigError(f"Minari {version} has only the hdf5 backend", member="--backend", noun="option")
     return version, backend
 
 

@@ -91,7 +91,7 @@ def _kind(path: tuple[str, ...], array: Any, field: Any, layout_spaces: Mapping[
     t = field.type
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         if space is None or not spaces.is_image(space):
-            raise EpisodeFormatError("a binary column that is not a JPEG-encoded image space", member=where)
+            raise EpisodeFormatError("a binary column that is not a JPEG-encoded image space", member=where, noun="")
         return FieldSpec(name, "media", "|u1", tuple(space["shape"]), path, "jpeg", rows)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return FieldSpec(name, "text", path=path, rows=rows)
@@ -100,7 +100,7 @@ def _kind(path: tuple[str, ...], array: Any, field: Any, layout_spaces: Mapping[
         return FieldSpec(name, "array", dtype.str, _shape(space, field, t.list_size), path, rows=rows)
     if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
         return FieldSpec(name, "array", np.dtype(t.to_pandas_dtype()).str, (), path, rows=rows)
-    raise EpisodeFormatError(f"unsupported Arrow column type {t}", member=where)
+    raise EpisodeFormatError(f"unsupported Arrow column type {t}", member=where, noun="")
 
 
 def _shape(space: dict[str, Any] | None, field: Any, size: int) -> tuple[int, ...]:
@@ -142,12 +142,12 @@ def read_episodes(data: Path, fmt: str, schema: Schema, layout_spaces: Mapping[s
         extra = set(columns) - set(schema.names)
         if extra:
             raise EpisodeFormatError("a field the first episode does not have", path=str(file),
-                                     member=f"episode {number}, field {sorted(extra)[0]!r}")
+                                     member=f"episode {number}, field {sorted(extra)[0]!r}", noun="")
         steps: dict[str, Any] = {}
         for spec in schema.fields:
             where = f"episode {number}, field {spec.name!r}"
             if spec.name not in columns:
-                raise EpisodeFormatError("field missing", path=str(file), member=where)
+                raise EpisodeFormatError("field missing", path=str(file), member=where, noun="")
             array, field = columns[spec.name]
             if isinstance(array.type, pa.FixedSizeListType) and spec.kind == "array":
                 flat = array.flatten().to_numpy(zero_copy_only=False)
@@ -158,13 +158,13 @@ def read_episodes(data: Path, fmt: str, schema: Schema, layout_spaces: Mapping[s
                 values = array.to_pylist()
             values = values[: rows if spec.rows == "steps+1" else rows - 1]
             if isinstance(values, list) and any(v is None for v in values):
-                raise EpisodeFormatError("a null value inside the episode", path=str(file), member=where)
+                raise EpisodeFormatError("a null value inside the episode", path=str(file), member=where, noun="")
             if spec.kind == "media" and spec.encoding == "jpeg":
                 spaces.check_jpeg(values, str(file), where)
             if isinstance(values, np.ndarray) and (values.dtype.str != spec.dtype or values.shape[1:] != spec.shape):
                 raise EpisodeFormatError(
                     f"dtype {values.dtype.str} shape {values.shape[1:]} where the first episode has {spec.dtype} {spec.shape}",
-                    path=str(file), member=where,
+                    path=str(file), member=where, noun="",
                 )
             steps[spec.name] = values
         meta_path = folder / "metadata.json"
@@ -185,7 +185,7 @@ def write_episode(folder: Path, fmt: str, schema: Schema, episode: Episode, layo
     for spec in schema.fields:
         if spec.source_path[0] not in COLUMNS:
             raise EpisodeFormatError(f"Minari's {fmt} backend has no column {spec.source_path[0]!r}; export to hdf5",
-                                     member=f"episode {episode.index}, field {spec.name!r}")
+                                     member=f"episode {episode.index}, field {spec.name!r}", noun="")
         node = tree
         for comp in spec.source_path[:-1]:
             node = node.setdefault(comp, {})

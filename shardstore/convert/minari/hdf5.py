@@ -206,7 +206,7 @@ def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> lis
                 shape = tuple(int(x) for x in space["shape"])
                 fields.append(FieldSpec(".".join(leaf), "media", "|u1", shape, leaf, "jpeg", rows))
             elif h5py.check_vlen_dtype(ds.dtype) is not None or ds.dtype.hasobject:
-                raise EpisodeFormatError(f"unsupported variable-length dataset of {ds.dtype}", path=str(path), member=where)
+                raise EpisodeFormatError(f"unsupported variable-length dataset of {ds.dtype}", path=str(path), member=where, noun="")
             else:
                 fields.append(FieldSpec(".".join(leaf), "array", ds.dtype.str, tuple(ds.shape[1:]), leaf, rows=rows))
         return fields
@@ -214,14 +214,14 @@ def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> lis
 
 def _rows(ds: Any, n: int, path: Path, where: str) -> Rows:
     if ds.ndim == 0:
-        raise EpisodeFormatError("a scalar dataset where a row per step is expected", path=str(path), member=where)
+        raise EpisodeFormatError("a scalar dataset where a row per step is expected", path=str(path), member=where, noun="")
     if ds.shape[0] == n:
         return "steps"
     if ds.shape[0] == n + 1:
         return "steps+1"
     raise EpisodeFormatError(
         f"{ds.shape[0]} rows where the episode has {n} steps (rewards): the arrays disagree in length",
-        path=str(path), member=where,
+        path=str(path), member=where, noun="",
     )
 
 
@@ -245,17 +245,17 @@ def read_episodes(
             extra = names - set(schema.names)
             if extra:
                 raise EpisodeFormatError("a field the first episode does not have", path=str(path),
-                                         member=f"episode {number}, field {sorted(extra)[0]!r}")
+                                         member=f"episode {number}, field {sorted(extra)[0]!r}", noun="")
             steps: dict[str, Any] = {}
             dataset_attrs: dict[str, Any] = {}
             for spec in schema.fields:
                 where = f"episode {number}, field {spec.name!r}"
                 if spec.name not in names:
-                    raise EpisodeFormatError("field missing", path=str(path), member=where)
+                    raise EpisodeFormatError("field missing", path=str(path), member=where, noun="")
                 ds = group["/".join(spec.source_path)]
                 if _rows(ds, n, path, where) != spec.rows:
                     raise EpisodeFormatError(f"{ds.shape[0]} rows where the first episode's field has {spec.rows} "
-                                             f"({n} steps)", path=str(path), member=where)
+                                             f"({n} steps)", path=str(path), member=where, noun="")
                 steps[spec.name] = _read_leaf(ds, spec, path, where)
                 if ds.attrs:
                     dataset_attrs["/".join(spec.source_path)] = {k: attr_to_model(v) for k, v in ds.attrs.items()}
@@ -283,7 +283,7 @@ def _read_leaf(ds: Any, spec: FieldSpec, path: Path, where: str) -> Any:
     if data.dtype.str != spec.dtype or data.shape[1:] != spec.shape:
         raise EpisodeFormatError(
             f"dtype {data.dtype.str} shape {data.shape[1:]} where the first episode has {spec.dtype} {spec.shape}",
-            path=str(path), member=where,
+            path=str(path), member=where, noun="",
         )
     return data
 

@@ -137,5 +137,5 @@ def check_jpeg(rows: list[bytes], path: str, where: str) -> list[bytes]:
         if row[:3] != b"\xff\xd8\xff":
             raise EpisodeFormatError(
                 f"row {t} is not a JPEG ({len(row)} bytes starting {row[:4].hex() or 'empty'}): the image space's "
-                "shape does not describe the stored rows", path=path, member=where)
+                "shape does not describe the stored rows", path=path, member=where, noun="")
     return rows

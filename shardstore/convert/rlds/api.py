@@ -206,7 +206,7 @@ def decode_example(
     for key in feats:
         if key not in known:
             raise TFRecordFormatError(
-                "feature not in features.json", path=path, member=f"record {record}, field {key!r}"
+                "feature not in features.json", path=path, member=f"record {record}, field {key!r}", noun=""
             )
     steps: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
@@ -225,7 +225,7 @@ def decode_example(
                     if n is not None
                     else f"{len(values)} values is not a whole number of {list(leaf.shape)} steps",
                     path=path,
-                    member=where,
+                    member=where, noun="",
                 )
             if n is None:
                 n, first_steps_leaf = count, leaf.key
@@ -241,7 +241,7 @@ def decode_example(
                 raise TFRecordFormatError(
                     f"{len(values)} values where the shape {list(leaf.shape)} needs {leaf.size}",
                     path=path,
-                    member=where,
+                    member=where, noun="",
                 )
             value = _typed(values, leaf, path, where)
             if isinstance(value, np.ndarray):
@@ -264,7 +264,7 @@ def check_flags(flags: Mapping[str, np.ndarray], n: int, path: str, record: int)
                 raise EpisodeFormatError(
                     f"{name} is set on steps {on.tolist()[:5]}; RLDS sets it on step {step} alone",
                     path=path,
-                    member=f"record {record}, field 'steps/{name}'",
+                    member=f"record {record}, field 'steps/{name}'", noun="",
                 )
     terminal = flags.get("is_terminal")
     if terminal is None or not n:
@@ -274,14 +274,14 @@ def check_flags(flags: Mapping[str, np.ndarray], n: int, path: str, record: int)
         raise EpisodeFormatError(
             f"is_terminal is set on steps {on.tolist()[:5]}; RLDS allows it on the last step ({n - 1}) alone",
             path=path,
-            member=f"record {record}, field 'steps/is_terminal'",
+            member=f"record {record}, field 'steps/is_terminal'", noun="",
         )
     return bool(len(on))
 
 
 def _values(feats: Any, leaf: Leaf, path: str, where: str) -> Any:
     if leaf.key not in feats:
-        raise TFRecordFormatError("field missing", path=path, member=where)
+        raise TFRecordFormatError("field missing", path=path, member=where, noun="")
     feature = feats[leaf.key]
     kind = feature.WhichOneof("kind")
     if kind is None:
@@ -290,7 +290,7 @@ def _values(feats: Any, leaf: Leaf, path: str, where: str) -> Any:
         raise TFRecordFormatError(
             f"a {kind} where features.json's {leaf.kind} of {leaf.dtype} needs a {leaf.list_kind}",
             path=path,
-            member=where,
+            member=where, noun="",
         )
     return getattr(feature, kind).value
 
@@ -302,14 +302,14 @@ def _typed(values: Any, leaf: Leaf, path: str, where: str) -> Any:
         try:
             return [v.decode("utf-8") for v in values]
         except UnicodeDecodeError as e:
-            raise TFRecordFormatError(f"text is not UTF-8 ({e})", path=path, member=where) from e
+            raise TFRecordFormatError(f"text is not UTF-8 ({e})", path=path, member=where, noun="") from e
     if leaf.dtype == "str":  # string tensors: bytes in metadata, str (bytes kept by surrogates) in steps
         return [v.decode("utf-8", "surrogateescape") for v in values] if leaf.in_steps else list(values)
     dtype = np.dtype(leaf.dtype)
     wire = np.array(values, dtype=np.float32 if leaf.list_kind == "float_list" else np.int64)
     out = wire.astype(dtype)
     if dtype.kind in "iub" and not np.array_equal(out.astype(np.int64), wire):
-        raise TFRecordFormatError(f"values out of the range of {dtype.name}", path=path, member=where)
+        raise TFRecordFormatError(f"values out of the range of {dtype.name}", path=path, member=where, noun="")
     return out
 
 
@@ -344,7 +344,7 @@ def encode_episode(ep: Episode, schema: Schema, leaves: tuple[Leaf, ...] | list[
             try:
                 value = ep.steps[".".join(leaf.path[1:])] if leaf.in_steps else _get(ep.metadata, leaf.path)
             except KeyError as e:
-                raise EpisodeFormatError("field missing", member=where) from e
+                raise EpisodeFormatError("field missing", member=where, noun="") from e
         _fill(feats[leaf.key], leaf, value, where)
     return serialize(msg)
 
@@ -359,7 +359,7 @@ def _fill(feature: Any, leaf: Leaf, value: Any, where: str) -> None:
     want = leaf.shape if not leaf.in_steps else (len(arr), *leaf.shape) if arr.ndim else None
     if arr.shape != want:
         raise EpisodeFormatError(
-            f"shape {arr.shape} where features.json says {list(leaf.shape)} per value", member=where
+            f"shape {arr.shape} where features.json says {list(leaf.shape)} per value", member=where, noun=""
         )
     wire = arr.astype(np.float32 if leaf.list_kind == "float_list" else np.int64).ravel()
     target.SetInParent()
@@ -597,7 +597,13 @@ def export_rlds(
         with open(os.path.join(out, DATASET_INFO_JSON)) as f:
             return dict(json.load(f), report=report)
     mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
-    info = write_rlds(to_rlds(stream, mapping, allow_pickle=allow_pickle), out, name=name, force=force)
+    try:
+        info = write_rlds(to_rlds(stream, mapping, allow_pickle=allow_pickle), out, name=name, force=force)
+    except EpisodeFormatError as e:
+        if e.path is not None:
+            raise
+        # a field TFDS cannot hold is the dataset's: name it (features.py knows only the schema)
+        raise type(e)(e.detail, path=str(dataset), member=e.member, offset=e.offset, noun=e.noun) from None
     if mapping.source_format != FORMAT:
         mapping.write(out)
     return info

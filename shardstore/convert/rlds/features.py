@@ -185,7 +185,7 @@ def build_features_json(schema: Schema, metadata: Mapping[str, Any]) -> str:
     for f in schema.fields:
         where = f"field {f.name!r}"
         if f.rows != "steps":
-            raise EpisodeFormatError("RLDS has one row per step; this field has one more", member=where)
+            raise EpisodeFormatError("RLDS has one row per step; this field has one more", member=where, noun="")
         if f.kind == "array":
             node = _tensor_node(np.dtype(f.dtype), f.shape)
         elif f.kind == "media" and f.encoding in _IMAGE_ENCODINGS:
@@ -201,7 +201,7 @@ def build_features_json(schema: Schema, metadata: Mapping[str, Any]) -> str:
             node = {"pythonClassName": _CLASSES["text"], "text": {}}
         else:
             raise EpisodeFormatError(
-                f"{f.kind} field encoded {f.encoding!r} has no TFDS feature", member=where
+                f"{f.kind} field encoded {f.encoding!r} has no TFDS feature", member=where, noun=""
             )
         _insert(steps, f.source_path, node)
     for flag in FLAG_FIELDS:

@@ -393,7 +393,7 @@ class _Mapper:
             if not same:
                 raise EpisodeFormatError(
                     f"{arr.dtype} -> float32 would change values (lossy)",
-                    member=f"episode {source_index}, field {f.name!r}",
+                    member=f"episode {source_index}, field {f.name!r}", noun="",
                 )
             if f.name not in self.converted:
                 self.converted.add(f.name)

@@ -77,13 +77,13 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
             raise TFRecordFormatError(
                 f"truncated record: the file ends {len(header)} bytes into its 12-byte header",
                 path=path,
-                member=where,
+                member=where, noun="",
                 offset=offset,
             )
         length, length_crc = _HEADER.unpack(header)
         if _mask(crc(header[:8])) != length_crc:
             raise TFRecordFormatError(
-                "length CRC mismatch (corrupt record header)", path=path, member=where, offset=offset
+                "length CRC mismatch (corrupt record header)", path=path, member=where, noun="", offset=offset
             )
         left = size - offset - _HEADER.size
         if length + _FOOTER.size > left:  # checked before reading: a length is a size to allocate
@@ -91,7 +91,7 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
                 f"truncated record: {length} payload bytes announced, the file has {max(left, 0)} bytes left "
                 f"for its {length + _FOOTER.size} remaining bytes",
                 path=path,
-                member=where,
+                member=where, noun="",
                 offset=offset,
             )
         body = f.read(length + _FOOTER.size)
@@ -100,14 +100,14 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
                 f"truncated record: {length} payload bytes announced, the file ends after "
                 f"{len(body)} of its {length + _FOOTER.size} remaining bytes",
                 path=path,
-                member=where,
+                member=where, noun="",
                 offset=offset,
             )
         payload = body[:length]
         (payload_crc,) = _FOOTER.unpack_from(body, length)
         if _mask(crc(payload)) != payload_crc:
             raise TFRecordFormatError(
-                "payload CRC mismatch (corrupt record data)", path=path, member=where, offset=offset
+                "payload CRC mismatch (corrupt record data)", path=path, member=where, noun="", offset=offset
             )
         yield Record(index, offset, payload)
         index += 1
@@ -205,11 +205,11 @@ def parse_example(payload: bytes, path: str, record: int) -> Any:
         msg.ParseFromString(payload)
     except DecodeError as e:
         raise TFRecordFormatError(
-            f"not a tf.train.Example ({e})", path=path, member=f"record {record}"
+            f"not a tf.train.Example ({e})", path=path, member=f"record {record}", noun=""
         ) from e
     if len(UnknownFieldSet(msg)) or len(UnknownFieldSet(msg.features)):
         raise TFRecordFormatError(
-            "not a tf.train.Example (fields an Example has not)", path=path, member=f"record {record}"
+            "not a tf.train.Example (fields an Example has not)", path=path, member=f"record {record}", noun=""
         )
     return msg
 
