@@ -63,6 +63,7 @@ STAGES = {
     "checks": 6,
     "mount": 6,
     "torch": 6,
+    "lerobot_dataset": 6,  # the drop-in for LeRobotDataset, over torch.py and the episode view
     "convert": 6,
     "cli": 6,
     "resources": 0,  # close() and with-blocks: imports nothing
