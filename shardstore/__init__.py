@@ -14,7 +14,7 @@ import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time ``__getattr__`` loads these
-    from . import convert, episodes
+    from . import convert, edit, episodes
     from .dataset import Dataset, open
     from .episodes import EpisodeWriter
     from .errors import ShardstoreError
@@ -42,8 +42,8 @@ _EXPORTS = {
 }
 #: Public names that are a subpackage itself: ``shardstore.episodes`` is the package, and calling
 #: it (``shardstore.episodes(ds)``) opens the episode view; calling ``shardstore.convert(src, out,
-#: to=...)`` converts between formats.
-_SUBPACKAGES = frozenset({"convert", "episodes"})
+#: to=...)`` converts between formats; ``shardstore.edit`` holds the edits.
+_SUBPACKAGES = frozenset({"convert", "edit", "episodes"})
 
 __all__ = [
     "Dataset",
@@ -53,6 +53,7 @@ __all__ = [
     "Sample",
     "ShardstoreError",
     "convert",
+    "edit",
     "episodes",
     "interleave",
     "mount",

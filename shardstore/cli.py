@@ -1518,5 +1518,206 @@ def check_episode_wds_command(
     _format_check("episode-wds", src, deep, storage_options, quiet, as_json, progress)
 
 
+# ----- edit ----------------------------------------------------------------------------------------
+@main.group("edit")
+def edit_group() -> None:
+    """Edit an episode dataset (an import of any format): delete, keep, filter, split, merge, rename or
+    drop fields, set tasks; videos kept whole (no frame decoded or encoded), stats recomputed from the values.
+
+    \b
+    Example:
+      shardstore edit delete-episodes ./ds ./ds_clean --episodes 3,7,10-20
+    """
+
+
+def edit_output_options(fn: F) -> F:
+    """DATASET [OUT], --in-place, --force, --progress, --json, --quiet: shared by the one-input edits."""
+    for option in reversed(
+        [
+            click.argument("dataset"),
+            click.argument("out", required=False, type=click.Path(file_okay=False)),
+            click.option("--in-place", is_flag=True, help="Replace DATASET with the result (committed atomically; no OUT)."),
+            click.option("--force", is_flag=True, help="Replace a dataset already at OUT."),
+            click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal)."),
+            json_option,
+            quiet_option,
+            handle_errors,
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def run_edit(op: Callable[..., Any], *args: Any, progress: bool, quiet: bool, as_json: bool, **options: Any) -> None:
+    """Run one edit (SIGTERM unwinds it like Ctrl-C: the staging folder is removed) and print its report."""
+    from .prepare import _sigterm_unwinds
+
+    show = progress and not quiet and not as_json and sys.stderr.isatty()
+    report = _sigterm_unwinds(op)(*args, progress=show, **options)
+    if as_json:
+        echo_json(report.to_dict())
+    elif not quiet:
+        for line in report.lines():
+            click.echo(line)
+
+
+@edit_group.command("delete-episodes")
+@edit_output_options
+@click.option("--episodes", required=True, help="Episode numbers to delete: 3,7,10-20.")
+def edit_delete_command(dataset: str, out: str | None, episodes: str, in_place: bool, force: bool, progress: bool,
+                        as_json: bool, quiet: bool) -> None:
+    """Delete episodes; the rest are renumbered 0..n-1 in order.
+
+    \b
+    Example:
+      shardstore edit delete-episodes ./ds ./ds_clean --episodes 3,7,10-20
+      shardstore edit delete-episodes ./ds --in-place --episodes 0
+    """
+    from .edit import delete_episodes
+
+    run_edit(delete_episodes, dataset, out, episodes=episodes, in_place=in_place, force=force, progress=progress,
+             quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("keep-episodes")
+@edit_output_options
+@click.option("--episodes", required=True, help="Episode numbers to keep: 3,7,10-20.")
+def edit_keep_command(dataset: str, out: str | None, episodes: str, in_place: bool, force: bool, progress: bool,
+                      as_json: bool, quiet: bool) -> None:
+    """Keep only some episodes, renumbered 0..n-1 in order.
+
+    \b
+    Example:
+      shardstore edit keep-episodes ./ds ./ds_small --episodes 0-9
+    """
+    from .edit import keep_episodes
+
+    run_edit(keep_episodes, dataset, out, episodes=episodes, in_place=in_place, force=force, progress=progress,
+             quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("filter")
+@edit_output_options
+@click.option("--where", required=True,
+              help="Keep episodes for which this holds: names episode, length, task, tasks, split, meta.NAME; "
+                   "and/or/not, comparisons, in, + - * / // %.")
+def edit_filter_command(dataset: str, out: str | None, where: str, in_place: bool, force: bool, progress: bool,
+                        as_json: bool, quiet: bool) -> None:
+    """Keep the episodes an expression holds for (a small safe language, never eval).
+
+    \b
+    Example:
+      shardstore edit filter ./ds ./ds_long --where 'length >= 100 and "cube" in task'
+    """
+    from .edit import filter_episodes
+
+    run_edit(filter_episodes, dataset, out, where=where, in_place=in_place, force=force, progress=progress,
+             quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("split")
+@edit_output_options
+@click.option("--ratio", default=None, help="train,val,test weights, e.g. 8,1,1.")
+@click.option("--seed", type=int, default=None, help="Shuffle the episodes with this seed before cutting (default: in order).")
+@click.option("--split", "lists", multiple=True, metavar="NAME=EPISODES",
+              help="Put these episodes in split NAME (repeatable, e.g. --split val=40-44); the rest go to train.")
+def edit_split_command(dataset: str, out: str | None, ratio: str | None, seed: int | None, lists: tuple[str, ...],
+                       in_place: bool, force: bool, progress: bool, as_json: bool, quiet: bool) -> None:
+    """Split the episodes into train/val/test anew, by ratio or by episode lists.
+
+    \b
+    Example:
+      shardstore edit split ./ds ./ds_split --ratio 8,1,1 --seed 0
+      shardstore edit split ./ds ./ds_split --split val=40-44 --split test=45-49
+    """
+    from .edit import split
+
+    chosen = None
+    if lists:
+        chosen = {}
+        for item in lists:
+            name, sep, listed = item.partition("=")
+            if not sep or not name:
+                raise click.UsageError(f"--split {item!r}: use NAME=EPISODES, e.g. val=40-44")
+            chosen[name] = listed
+    run_edit(split, dataset, out, ratio=ratio, seed=seed, episodes=chosen, in_place=in_place, force=force,
+             progress=progress, quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("merge")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.argument("datasets", nargs=-1, required=True)
+@click.option("--force", is_flag=True, help="Replace a dataset already at OUT.")
+@click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal).")
+@json_option
+@quiet_option
+@handle_errors
+def edit_merge_command(out: str, datasets: tuple[str, ...], force: bool, progress: bool, as_json: bool,
+                       quiet: bool) -> None:
+    """Merge episode datasets with the same fields and fps into OUT; tasks merged by text, episodes renumbered.
+
+    \b
+    Example:
+      shardstore edit merge ./all ./monday ./tuesday
+    """
+    from .edit import merge
+
+    run_edit(merge, out, list(datasets), force=force, progress=progress, quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("rename-field")
+@edit_output_options
+@click.option("--field", "old", required=True, help="The field to rename.")
+@click.option("--to", "new", required=True, help="Its new name.")
+def edit_rename_command(dataset: str, out: str | None, old: str, new: str, in_place: bool, force: bool,
+                        progress: bool, as_json: bool, quiet: bool) -> None:
+    """Rename a field (its stats and the source's feature list too).
+
+    \b
+    Example:
+      shardstore edit rename-field ./ds ./ds2 --field observation.state --to observation.joints
+    """
+    from .edit import rename_field
+
+    run_edit(rename_field, dataset, out, old=old, new=new, in_place=in_place, force=force, progress=progress,
+             quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("drop-field")
+@edit_output_options
+@click.option("--field", "fields", required=True, multiple=True, help="A field to drop (repeatable).")
+def edit_drop_command(dataset: str, out: str | None, fields: tuple[str, ...], in_place: bool, force: bool,
+                      progress: bool, as_json: bool, quiet: bool) -> None:
+    """Drop fields.
+
+    \b
+    Example:
+      shardstore edit drop-field ./ds ./ds2 --field observation.image
+    """
+    from .edit import drop_field
+
+    run_edit(drop_field, dataset, out, field=list(fields), in_place=in_place, force=force, progress=progress,
+             quiet=quiet, as_json=as_json)
+
+
+@edit_group.command("set-task")
+@edit_output_options
+@click.option("--task", required=True, help="The task text to set.")
+@click.option("--episodes", default=None, help="Only these episodes: 3,7,10-20 (default: all).")
+@click.option("--where", default=None, help="Only episodes for which this expression holds (see `edit filter`).")
+def edit_set_task_command(dataset: str, out: str | None, task: str, episodes: str | None, where: str | None,
+                          in_place: bool, force: bool, progress: bool, as_json: bool, quiet: bool) -> None:
+    """Set the task of episodes (by list or expression; LeRobot's task_index rewritten).
+
+    \b
+    Example:
+      shardstore edit set-task ./ds ./ds2 --task "pick the red cube" --episodes 0-9
+    """
+    from .edit import set_task
+
+    run_edit(set_task, dataset, out, task=task, episodes=episodes, where=where, in_place=in_place, force=force,
+             progress=progress, quiet=quiet, as_json=as_json)
+
+
 if __name__ == "__main__":
     main()

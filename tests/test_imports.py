@@ -65,6 +65,7 @@ STAGES = {
     "torch": 6,
     "lerobot_dataset": 6,  # the drop-in for LeRobotDataset, over torch.py and the episode view
     "convert": 6,
+    "edit": 6,  # episode-level edits of the store (DESIGN section 2: beside convert)
     "cli": 6,
     "resources": 0,  # close() and with-blocks: imports nothing
     "membercheck": 2,  # the headers before a member's data (tarscan's level)

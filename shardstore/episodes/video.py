@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -103,6 +104,11 @@ def scheduling_kept() -> Iterator[None]:
             os.sched_setscheduler(0, before[0], os.sched_param(before[1]))
 
 
+#: ``VideoRef.to_bytes``'s output for a plain name (no escapes) and finite time; anything else is
+#: parsed as JSON.
+_REF = re.compile(rb'\{"file": "([^"\\]*)", "timestamp": (-?[0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?), "frame": (-?[0-9]+)\}\Z')
+
+
 @dataclass(frozen=True, slots=True)
 class VideoRef:
     """Where a step's frame is: ``file`` (its name in the video store), ``timestamp`` (seconds from
@@ -118,6 +124,9 @@ class VideoRef:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> VideoRef:
+        m = _REF.match(data)  # what to_bytes writes, read without the JSON parser (one per step read)
+        if m is not None:
+            return cls(m.group(1).decode(), float(m.group(2)), int(m.group(3)))
         try:
             obj = json.loads(data)
             return cls(str(obj["file"]), float(obj["timestamp"]), int(obj["frame"]))
@@ -453,6 +462,19 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
         index.check(rng.size, name)
         storage, base = self.store.storage, rng.offset
         return PacketSource(index, lambda offset, size: storage.read_at(path, base + offset, size))
+
+    def packet_indexes(self) -> dict[str, PacketIndex] | None:
+        """Every file's packet index from the store's ``packets`` file (files that did not
+        qualify absent), each checked against its member's size; None for a store without one."""
+        if self.packets is None:
+            return None
+        if self._indexes is None:
+            where = f"{self.url.rstrip('/')}/{self.packets}"
+            self._indexes = load_packets(self.store.storage.read(self.packets), where)
+        out = {name: index for name, index in self._indexes.items() if name in self.names}
+        for name, index in out.items():
+            index.check(self.store.locate(name)[1].size, name)
+        return out
 
     @property
     def decoder(self) -> FrameDecoder:

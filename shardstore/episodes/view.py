@@ -329,6 +329,13 @@ class Episodes:
             self.dataset._cut(parts, shard, base + lo, data, lo, hi)  # type: ignore[arg-type]
         return parts
 
+    def raw(self, e: int) -> bytes:
+        """The tar members of episode position ``e``'s samples, as the shard holds them (one read):
+        what an edit that keeps the episode unchanged copies into its new shards."""
+        e = self._e(e)
+        _, _, data, bounds = self._read_range(e, 0, int(self._samples[e]))
+        return data[: bounds[-1]]  # without the next sample's header the identity check read
+
     def __getitem__(self, e: int) -> Episode:
         """The whole episode: arrays stacked over its rows, media as lists of bytes, text as lists
         of strings, its metadata, split and source info; its samples are read at once."""

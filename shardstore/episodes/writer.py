@@ -219,6 +219,13 @@ class EpisodeWriter:
             self.schema = infer_schema(episode)
         return self._append(self._encode(episode))
 
+    def write_encoded(self, episode: EncodedEpisode) -> int:
+        """Write an episode already encoded (``encode.encode_episode``, or the samples of an episode
+        of another dataset copied as they are, with its index row); return its step count."""
+        if self._closed:
+            raise ConfigError("the writer is closed", path=self.out)
+        return self._append(episode)
+
     def _encode(self, episode: Episode) -> EncodedEpisode:
         assert self.schema is not None
         return encode_episode(episode, self.schema, self.granularity, self._mtime)

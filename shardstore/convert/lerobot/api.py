@@ -19,10 +19,8 @@ refuses a dataset with errors (``LeRobotFormatError`` naming episode, camera and
 
 from __future__ import annotations
 
-import functools
 import io
 import os
-import tarfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -32,8 +30,9 @@ from typing import IO, Any, ClassVar, Literal
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
-from ...episodes.packets import PACKETS_FILE, index_packets, save_packets
-from ...episodes.video import VIDEO_STORE, FrameDecoder, VideoRef, VideoStore
+from ...episodes.packets import PACKETS_FILE
+from ...episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
+from ...episodes.videostore import write_video_store
 from ...errors import LeRobotFormatError
 from ...executors import worker_storage
 from ...storage import Storage, open_storage
@@ -303,8 +302,6 @@ def _decoded(refs: list[VideoRef], decoder: FrameDecoder, frames: FramesMode | N
 
 
 # ----- the shard store as one more spoke -----------------------------------------------------------
-#: A video store's shards are closed past this size (a video file is never split).
-VIDEO_SHARD_SIZE = 1 << 30
 METADATASET = "metadataset.yaml"
 
 
@@ -373,7 +370,7 @@ def import_lerobot(
     video_bytes = 0
     with writer:
         if names:
-            video_bytes = _write_video_store(
+            video_bytes = write_video_store(
                 stream.video_files, names, os.path.join(writer.staging, VIDEO_STORE)
             )
             _write_metadataset(writer.staging, stream.source_files)
@@ -392,42 +389,6 @@ def import_lerobot(
         frames or "",
         round(time.perf_counter() - t0, 3),
     )
-
-
-def _write_video_store(files: Mapping[str, Callable[[], IO[bytes]]], names: list[str], root: str) -> int:
-    """The video files whole as members of tar shards under ``root``, prepared, with their packet
-    index (``packets.npz``: files that do not qualify left out); returns their bytes."""
-    from ...prepare import prepare
-
-    os.makedirs(root)
-    shard, size, number, total = None, 0, -1, 0
-    try:
-        for name in names:
-            if shard is None or size >= VIDEO_SHARD_SIZE:
-                if shard is not None:
-                    shard.close()
-                number += 1
-                shard = tarfile.open(
-                    os.path.join(root, f"videos-{number:06d}.tar"), "w", format=tarfile.PAX_FORMAT
-                )
-                size = 0
-            with files[name]() as f:
-                f.seek(0, os.SEEK_END)
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = f.tell(), 0, 0o644
-                f.seek(0)
-                shard.addfile(info, f)
-            size += info.size
-            total += info.size
-    finally:
-        if shard is not None:
-            shard.close()
-    prepare(root, split_ratio="1,0,0", sample_type="CrudeWebdataset")
-    # indexed from the members just written (local, and what readers will read), not the source
-    store = VideoStore(root, names)
-    indexes = {name: index_packets(functools.partial(store.open, name), name) for name in names}
-    save_packets({n: i for n, i in indexes.items() if i is not None}, os.path.join(root, PACKETS_FILE))
-    return total
 
 
 def _write_metadataset(root: str, source_files: Mapping[str, bytes]) -> None:

@@ -6,12 +6,16 @@
 - **Videos**: per camera, each episode's frames cut from or copied out of the source files
   (``EpisodeStream.video_files``): a v2.1 episode file that is a whole source file is copied byte
   for byte; anything else goes through ``mp4.write_clips`` (remux at keyframes, else re-encode
-  with the source codec; ``WriteReport.reencoded`` lists those files). Frames decoded into the
+  with the source codec; ``WriteReport.reencoded`` lists those files). A v3.0 file never needs
+  re-encoding: clips off keyframes are widened to whole GOPs and the episodes' time ranges skip
+  the extra frames (``mp4.whole_gop_runs``). Frames decoded into the
   steps by an import with ``--frames`` are encoded again with the feature's codec.
 - **Metadata**: to the version it came from with the same episodes, the source's files byte for
   byte; otherwise ``info.json`` rewritten for the target version, tasks, episodes, per-episode
   stats (the source's where an episode's rows are as counted, else recomputed from the arrays) and,
-  for v3.0, ``stats.json`` aggregated from them.
+  for v3.0, ``stats.json`` recomputed over every row of the value fields (``stats.vector_stats``
+  over all rows: never averaged from per-episode quantiles), image and video features merged from
+  their per-episode stats as LeRobot merges them (``stats.merge``).
 
 Everything is written into a staging folder next to ``out`` and renamed into place at the end,
 so a failed or interrupted export leaves no half-written dataset.
@@ -31,12 +35,23 @@ from typing import Any
 import numpy as np
 
 from ...episodes.model import Episode, EpisodeStream, Schema
-from ...episodes.mp4 import ENCODERS, REENCODE_GOP, Clip, VideoInfo, probe, write_clips
+from ...episodes.mp4 import (
+    ENCODERS,
+    REENCODE_GOP,
+    Clip,
+    Placed,
+    VideoInfo,
+    probe,
+    whole_gop_runs,
+    whole_gops,
+    write_clips,
+)
 from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
 from ...episodes.video import VideoRef, import_av, scheduling_kept
 from ...errors import LeRobotFormatError
 from .meta import VERSIONS, flatten_stats, import_arrow, tasks_table
+from .stats import merge, vector_stats
 
 __all__ = ["WriteReport", "write_lerobot"]
 
@@ -49,7 +64,6 @@ V30_PATHS = (
     "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
 )
 V30_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
-STAT_KEYS = ("min", "max", "mean", "std", "count")
 
 
 @dataclass(slots=True)
@@ -95,12 +109,19 @@ class _Writer:
         self.file_no = 0
         self.next_index = 0
         self.limit = float(self.info.get("data_files_size_in_mb") or 100) * 1e6
+        # every row of each value field, for the dataset's exact stats (quantiles need them all)
+        self.values: dict[str, list[np.ndarray]] = (
+            {name: [] for name in _value_fields(self.schema)} if version == "v3.0" else {}
+        )
 
     # ----- per episode ---------------------------------------------------------------------------
     def add(self, episode: Episode) -> None:
         n = episode.validate(self.schema)
+        episode = _renumbered(episode, self.report.episodes, self.next_index, n)
         table = self._table(episode, n)
         stats = _stats(episode, self.schema, n)
+        for name, kept in self.values.items():
+            kept.append(np.asarray(episode.steps[name])[:n])
         meta = episode.metadata
         row = {"episode_index": episode.index, "tasks": list(meta.get("tasks", [])), "length": n}
         row.update({k: v for k, v in (meta.get("source_row") or {}).items() if k not in row and "/" not in k})
@@ -180,19 +201,19 @@ class _Writer:
             record["row"].update({"data/chunk_index": chunk, "data/file_index": file})
         for key, clips in self.pending.clips.items():
             out = self._out(V30_PATHS[1].format(video_key=key, chunk_index=chunk, file_index=file))
-            self._video(clips, out, key)
-            t = 0.0
-            for record, (clip, _) in zip(self.pending.rows, clips, strict=True):
-                span = clip.count / self.fps
+            runs, placed = self._runs(clips)
+            self._video(runs, out, key)
+            starts = np.concatenate([[0], np.cumsum([run.count for run, _ in runs])]).tolist()
+            for record, (clip, _), place in zip(self.pending.rows, clips, placed, strict=True):
+                t = (starts[place.run] + place.lead) / self.fps
                 record["row"].update(
                     {
                         f"videos/{key}/chunk_index": chunk,
                         f"videos/{key}/file_index": file,
                         f"videos/{key}/from_timestamp": t,
-                        f"videos/{key}/to_timestamp": t + span,
+                        f"videos/{key}/to_timestamp": t + clip.count / self.fps,
                     }
                 )
-                t += span
         self.pending = _Pending()
         self.file_no += 1
 
@@ -220,6 +241,16 @@ class _Writer:
         info = probe(io.BytesIO(data), where)
         self.encoded.add(where)
         return Clip(lambda: io.BytesIO(data), where, 0, n), info
+
+    def _runs(
+        self, clips: Sequence[tuple[Clip, VideoInfo]]
+    ) -> tuple[Sequence[tuple[Clip, VideoInfo]], list[Placed]]:
+        """The clips as runs of one v3.0 file: as they are when they remux as they are (or were
+        encoded here), else widened to whole GOPs (``mp4.whole_gop_runs``: the episodes' time
+        ranges skip the extra frames), so no frame is encoded again."""
+        if any(c.name in self.encoded for c, _ in clips) or all(whole_gops(c, i) for c, i in clips):
+            return clips, [Placed(k, 0) for k in range(len(clips))]
+        return whole_gop_runs(clips)
 
     def _codec(self, key: str) -> str:
         feat = self.features.get(key, {})
@@ -266,8 +297,12 @@ class _Writer:
 
     def _unchanged(self) -> bool:
         """Same version and the same episodes (numbers, lengths, locations) as the source."""
-        if self.schema.source_version != self.version or "meta/info.json" not in self.stream.source_files:
+        files = self.stream.source_files
+        episodes_meta = "meta/episodes/" if self.version == "v3.0" else "meta/episodes.jsonl"
+        if self.schema.source_version != self.version or "meta/info.json" not in files:
             return False
+        if not any(k.startswith(episodes_meta) for k in files):
+            return False  # an edit left only info.json: the rest is rewritten
         info = self.info
         if info.get("total_episodes") != len(self.rows) or info.get("total_frames") != self.report.frames:
             return False
@@ -342,7 +377,10 @@ class _Writer:
             rows.append(row)
         pq.write_table(pa.Table.from_pylist(rows), self._out(V30_EPISODES))
         pq.write_table(tasks_table(tasks), self._out("meta/tasks.parquet"))
-        self._json("meta/stats.json", _listed(aggregate_stats([r["stats"] for r in self.rows])))
+        stats = _merged([r["stats"] for r in self.rows])  # image and video features: LeRobot's merge
+        kept = {k for r in self.rows for k in r["stats"]}  # the features the episodes keep stats of
+        stats.update({k: vector_stats(np.concatenate(v)) for k, v in self.values.items() if k in kept and v})
+        self._json("meta/stats.json", _listed(stats))
 
     # ----- files ---------------------------------------------------------------------------------
     def _out(self, rel: str) -> str:
@@ -405,6 +443,21 @@ def _whole_file(clips: Sequence[Clip], info: VideoInfo) -> bool:
             return False
         at += c.count
     return at == info.frames
+
+
+def _renumbered(episode: Episode, number: int, first_index: int, n: int) -> Episode:
+    """The episode as the ``number``-th of the dataset whose frames start at ``first_index``:
+    LeRobot needs ``episode_index`` 0 .. n-1 in order and ``index`` counting every frame, so an
+    episode after a gap (an edit deleted some) gets both rewritten; otherwise it is as it was."""
+    steps = dict(episode.steps)
+    derived = {"episode_index": np.full(n, number), "index": np.arange(first_index, first_index + n)}
+    for name, values in derived.items():
+        old = steps.get(name)
+        if isinstance(old, np.ndarray) and not np.array_equal(old.reshape(-1), values):
+            steps[name] = values.astype(old.dtype).reshape(old.shape)
+    if number == episode.index and all(steps[k] is episode.steps[k] for k in steps):
+        return episode
+    return Episode(number, steps, episode.metadata, episode.terminal, episode.split, episode.source)
 
 
 def _version(v: str) -> str:
@@ -471,54 +524,22 @@ def _to_arrow(values: np.ndarray, t: Any) -> Any:
 
 
 def _stats(episode: Episode, schema: Schema, n: int) -> dict[str, dict[str, np.ndarray]]:
-    """The episode's stats: the source's, each feature's recomputed from the arrays where its count
-    is not the episode's rows (the rows changed); all array features' when the source had none.
-    Image and video stats come only from the source (recomputing them means decoding every frame)."""
+    """The episode's stats: the source's, each value field's recomputed from the arrays as lerobot
+    0.6.1 computes them (``stats.vector_stats``) where its count is missing (an edit asks so) or not
+    the episode's rows (the rows changed); all value fields' when the source had none. Image and
+    video stats come only from the source (recomputing them means decoding every frame)."""
     source = episode.metadata.get("stats") or {}
     out: dict[str, dict[str, np.ndarray]] = {}
+    values = set(_value_fields(schema))
     for f in schema.fields:
         have = source.get(f.name)
         if have is None and source:
             continue
-        counted = have is not None and int(np.asarray(have.get("count", [n])).ravel()[0]) == n
-        if (have is None or not counted) and f.kind == "array" and "video" not in f.attrs and n:
-            arr = np.asarray(episode.steps[f.name]).reshape(n, -1).astype(np.float64)
-            shape = f.shape or (1,)
-            out[f.name] = {
-                "min": arr.min(0).reshape(shape),
-                "max": arr.max(0).reshape(shape),
-                "mean": arr.mean(0).reshape(shape),
-                "std": arr.std(0).reshape(shape),
-                "count": np.array([n]),
-            }
+        counted = have is not None and "count" in have and int(np.asarray(have["count"]).ravel()[0]) == n
+        if (have is None or not counted) and f.name in values and n:
+            out[f.name] = vector_stats(np.asarray(episode.steps[f.name])[:n])
         elif have is not None:
             out[f.name] = {k: np.asarray(v) for k, v in have.items()}
-    return out
-
-
-def aggregate_stats(
-    per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]],
-) -> dict[str, dict[str, np.ndarray]]:
-    """Dataset stats from per-episode ones: min of mins, max of maxes, count-weighted mean, and the
-    pooled std (within-episode variance plus the spread of the episodes' means)."""
-    out: dict[str, dict[str, np.ndarray]] = {}
-    keys = {k for s in per_episode for k in s}
-    for key in sorted(keys):
-        parts = [s[key] for s in per_episode if key in s and all(x in s[key] for x in STAT_KEYS)]
-        if not parts:
-            continue
-        counts = np.array([float(np.asarray(p["count"]).ravel()[0]) for p in parts])
-        w = (counts / counts.sum()).reshape((-1,) + (1,) * np.asarray(parts[0]["mean"]).ndim)
-        means = np.stack([np.asarray(p["mean"], np.float64) for p in parts])
-        var = np.stack([np.asarray(p["std"], np.float64) ** 2 for p in parts])
-        mean = (w * means).sum(0)
-        out[key] = {
-            "min": np.min(np.stack([np.asarray(p["min"]) for p in parts]), 0),
-            "max": np.max(np.stack([np.asarray(p["max"]) for p in parts]), 0),
-            "mean": mean,
-            "std": np.sqrt((w * (var + (means - mean) ** 2)).sum(0)),
-            "count": np.array([int(counts.sum())]),
-        }
     return out
 
 
@@ -550,6 +571,23 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
         for p in s.encode():
             c.mux(p)
     return buf.getvalue()
+
+
+def _value_fields(schema: Schema) -> list[str]:
+    """The fields whose stats come from their values: arrays that are not decoded video frames."""
+    return [f.name for f in schema.fields if f.kind == "array" and "video" not in f.attrs]
+
+
+def _merged(per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
+    """Per feature, its episodes' stats merged as LeRobot merges them (``stats.merge``): for image and
+    video features, whose stats come from pixels a writer does not hold; value features are then
+    replaced by their exact stats over every row."""
+    out = {}
+    for key in sorted({k for s in per_episode for k in s}):
+        parts = [s[key] for s in per_episode if key in s and all(x in s[key] for x in ("min", "max", "mean", "std", "count"))]
+        if parts:
+            out[key] = merge(parts)
+    return out
 
 
 def _listed(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

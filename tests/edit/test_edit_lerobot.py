@@ -1,0 +1,72 @@
+"""An edited dataset exported to LeRobot v3.0 loads in the real ``LeRobotDataset`` (lerobot 0.6.1 in
+``.venv-lerobot``; ``SHARDSTORE_LEROBOT_VENV`` names another) with the expected episodes, tasks and
+frames: the frames LeRobot decodes are the source's, bit for bit. Skips when that venv is missing,
+except in CI, where it fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from ci import in_ci
+
+import shardstore
+from shardstore.convert.lerobot import export_lerobot, import_lerobot
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+from make_lerobot import TASKS, make_lerobot  # noqa: E402
+
+LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
+PEER = Path(__file__).with_name("lerobot_load_peer.py")
+CAMERAS = ("observation.images.front", "observation.images.wrist")
+LENGTH = 8
+
+
+def lerobot_load(root: Path, dest: Path) -> dict[str, np.ndarray]:
+    if not LEROBOT_PYTHON.exists():
+        why = f"{LEROBOT_PYTHON} is missing"
+        if in_ci():
+            pytest.fail(why + "; CI must run the LeRobot reader tests")
+        pytest.skip(why)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env.pop("PYTHONPATH", None)
+    res = subprocess.run([str(LEROBOT_PYTHON), str(PEER), "load", str(root), str(dest)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with np.load(dest) as z:
+        return dict(z)
+
+
+def test_lerobot_dataset_reads_an_edited_export(tmp_path: Path) -> None:
+    src = make_lerobot(str(tmp_path / "src"), version="v3.0", episodes=5, frames=LENGTH, episodes_per_file=5, gop=3,
+                       align_keyframes=False)
+    import_lerobot(src, str(tmp_path / "store"))
+    shardstore.edit.delete_episodes(str(tmp_path / "store"), str(tmp_path / "d"), episodes="1,3")
+    shardstore.edit.set_task(str(tmp_path / "d"), str(tmp_path / "t"), task="wave", episodes="4")  # numbers kept: 0, 2, 4
+    report = export_lerobot(str(tmp_path / "t"), str(tmp_path / "lr"))
+    assert report.reencoded == []
+    got = lerobot_load(tmp_path / "lr", tmp_path / "lr.npz")
+    meta = json.loads(got["__meta__"].tobytes())
+    assert (meta["episodes"], meta["frames"]) == (3, 3 * LENGTH)
+    kept = [0, 2, 4]  # source episodes in result order
+    want_tasks = [TASKS[0], TASKS[0], "wave"]
+    assert meta["item_tasks"] == [t for t in want_tasks for _ in range(LENGTH)]
+    store = shardstore.episodes(str(tmp_path / "store"))
+    for new, old in enumerate(kept):
+        ep = store[store.position(old)]
+        for cam in CAMERAS:
+            frames = store.video.decoder.frames(ep.steps[cam])  # type: ignore[arg-type]
+            for i in range(LENGTH):
+                item = new * LENGTH + i
+                assert int(got[f"item/{item}/episode_index"]) == new
+                lerobot = np.rint(got[f"item/{item}/{cam}"] * 255).astype(np.uint8).transpose(1, 2, 0)
+                assert np.array_equal(lerobot, frames[i]), (new, cam, i)
+        np.testing.assert_array_equal(
+            np.stack([got[f"item/{new * LENGTH + i}/action"] for i in range(LENGTH)]), ep.steps["action"]
+        )
