@@ -23,12 +23,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 from make_lerobot import TASKS, make_lerobot  # noqa: E402
 
 LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-PEER = Path(__file__).with_name("lerobot_load_peer.py")
+PEER = ROOT / "tests/convert/lerobot_dataset_peer.py"  # lerobot's own loader, items to .npz
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 LENGTH = 8
 
 
-def lerobot_load(root: Path, dest: Path) -> dict[str, np.ndarray]:
+def lerobot_load(root: Path, dest: Path, indices: list[int]) -> dict[str, np.ndarray]:
+    """LeRobotDataset's items ``indices`` of the dataset at ``root`` (``{i}/{key}``) and its length."""
     if not LEROBOT_PYTHON.exists():
         why = f"{LEROBOT_PYTHON} is missing"
         if in_ci():
@@ -36,11 +37,12 @@ def lerobot_load(root: Path, dest: Path) -> dict[str, np.ndarray]:
         pytest.skip(why)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     env.pop("PYTHONPATH", None)
-    res = subprocess.run([str(LEROBOT_PYTHON), str(PEER), "load", str(root), str(dest)],
+    spec = json.dumps([{"delta_timestamps": None, "episodes": None, "indices": indices}])
+    res = subprocess.run([str(LEROBOT_PYTHON), str(PEER), str(root), str(dest), spec],
                          capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     with np.load(dest) as z:
-        return dict(z)
+        return {k.split("/", 1)[1]: z[k] for k in z.files}
 
 
 def test_lerobot_dataset_reads_an_edited_export(tmp_path: Path) -> None:
@@ -51,12 +53,11 @@ def test_lerobot_dataset_reads_an_edited_export(tmp_path: Path) -> None:
     shardstore.edit.set_task(str(tmp_path / "d"), str(tmp_path / "t"), task="wave", episodes="4")  # numbers kept: 0, 2, 4
     report = export_lerobot(str(tmp_path / "t"), str(tmp_path / "lr"))
     assert report.reencoded == []
-    got = lerobot_load(tmp_path / "lr", tmp_path / "lr.npz")
-    meta = json.loads(got["__meta__"].tobytes())
-    assert (meta["episodes"], meta["frames"]) == (3, 3 * LENGTH)
+    got = lerobot_load(tmp_path / "lr", tmp_path / "lr.npz", list(range(3 * LENGTH)))
+    assert int(got["len"]) == 3 * LENGTH
     kept = [0, 2, 4]  # source episodes in result order
     want_tasks = [TASKS[0], TASKS[0], "wave"]
-    assert meta["item_tasks"] == [t for t in want_tasks for _ in range(LENGTH)]
+    assert [str(got[f"{i}/task"]) for i in range(3 * LENGTH)] == [t for t in want_tasks for _ in range(LENGTH)]
     store = shardstore.episodes(str(tmp_path / "store"))
     for new, old in enumerate(kept):
         ep = store[store.position(old)]
@@ -64,9 +65,9 @@ def test_lerobot_dataset_reads_an_edited_export(tmp_path: Path) -> None:
             frames = store.video.decoder.frames(ep.steps[cam])  # type: ignore[arg-type]
             for i in range(LENGTH):
                 item = new * LENGTH + i
-                assert int(got[f"item/{item}/episode_index"]) == new
-                lerobot = np.rint(got[f"item/{item}/{cam}"] * 255).astype(np.uint8).transpose(1, 2, 0)
+                assert int(got[f"{item}/episode_index"]) == new
+                lerobot = np.rint(got[f"{item}/{cam}"] * 255).astype(np.uint8).transpose(1, 2, 0)
                 assert np.array_equal(lerobot, frames[i]), (new, cam, i)
         np.testing.assert_array_equal(
-            np.stack([got[f"item/{new * LENGTH + i}/action"] for i in range(LENGTH)]), ep.steps["action"]
+            np.stack([got[f"{new * LENGTH + i}/action"] for i in range(LENGTH)]), ep.steps["action"]
         )
