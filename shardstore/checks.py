@@ -38,10 +38,10 @@ from .index.sqlite import IndexReader
 from .index.taridx import read_offsets
 from .jsonl import idx_name, is_jsonl, jsonl_offsets, split_url
 from .keys import group_batches, member_name
-from .storage import Storage, open_storage
+from .storage import Storage, is_remote_url, open_storage
 from .tarscan import scan_storage_batches
 
-__all__ = ["Problem", "CheckReport", "check"]
+__all__ = ["Problem", "CheckReport", "check", "repair_output"]
 
 #: At most this many problems are listed per shard (the rest are counted in one line).
 MAX_PROBLEMS_PER_SHARD = 5
@@ -384,6 +384,7 @@ def check(
     had at prepare (``shardstore.json``; without it, that it reaches the end of its ``.tar.idx``);
     that each ``.tar.idx`` has ``.info.json``'s count and the offsets of ``index.sqlite``. With
     ``deep``, walks every shard's headers and checks each part's range holds that member.
+    First undoes what a killed prepare, import or export of a local ``url`` left (``repaired``).
     Raises ``DatasetNotPreparedError`` only when ``url`` is not a prepared dataset at all.
     ``progress`` shows a bar of shards on stderr (a deep check costs about a prepare).
     """
@@ -393,8 +394,10 @@ def check(
         report = _check_jsonl(url, deep, storage_options)
         report.seconds = round(time.perf_counter() - t0, 3)
         return report
+    written = repair_output(url)
     storage = open_storage(url, storage_options)
     repaired, busy = _recover(storage)
+    repaired = written + repaired
     if not (storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_JSON}") or storage.exists(f"{nvmeta.META_DIR}/{nvmeta.INFO_YAML}")):
         nvmeta.read_info(storage)  # raises DatasetNotPreparedError: nothing to check
     problems = _Problems()
@@ -441,6 +444,19 @@ def check(
     report.problems = problems.finish()
     report.seconds = round(time.perf_counter() - t0, 3)
     return report
+
+
+def repair_output(url: str) -> list[str]:
+    """Undo or clean what a killed import or export of the local folder ``url`` left beside it
+    (``episodes.staging.recover``: a folder moved aside renamed back, dead staging folders
+    removed); what it did, one line each. Nothing for a remote URL."""
+    if is_remote_url(url):
+        return []
+    from .episodes.staging import (
+        recover_unlocked,  # (above checks in the import order; it needs only metaswap)
+    )
+
+    return recover_unlocked(url).actions()
 
 
 def _recover(storage: Storage) -> tuple[list[str], PrepareLockedError | None]:

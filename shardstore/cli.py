@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 import click
 
 from . import nvmeta
-from .errors import ShardstoreError
+from .errors import ShardstoreError, from_library
 from .humanize import human_bytes as _human_bytes
 from .humanize import plural as _plural
 
@@ -26,8 +27,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def handle_errors(fn: F) -> F:
-    """Turn library errors into ``shardstore: <message>`` on stderr and exit code 1 (Ctrl-C: exit
-    code 130 and ``shardstore: interrupted``)."""
+    """Turn errors into ``shardstore: error: <place>: <message>``, one line on stderr, and exit
+    code 1 (Ctrl-C: exit code 130 and ``shardstore: interrupted``). The library raises typed
+    ``ShardstoreError``s; an exception of a library it drives (pyarrow, h5py, PyAV, json, sqlite3,
+    the OS, RecursionError, MemoryError) that reaches here unconverted is described the same way
+    (``errors.from_library``), never as a traceback. ``SHARDSTORE_TRACEBACK=1`` shows the
+    traceback of those (to report a bug)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -42,6 +47,13 @@ def handle_errors(fn: F) -> F:
         except KeyboardInterrupt:  # Ctrl-C: the shell's convention, 128 + SIGINT, and one line
             click.echo("shardstore: interrupted", err=True)
             sys.exit(130)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise  # usage errors: click prints them
+        except Exception as e:
+            if os.environ.get("SHARDSTORE_TRACEBACK") == "1":
+                raise
+            click.echo(f"shardstore: error: {from_library(e)}", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 
@@ -507,7 +519,8 @@ def check_command(
     Checks the .nv-meta files against their schema; that every shard exists with the size it had
     at prepare; that each .tar.idx agrees with index.sqlite and .info.json. With --deep, also reads
     every tar header and checks each part's byte range holds that member. Exits with 1 and lists
-    the problems if there are any.
+    the problems if there are any. First repairs what a killed prepare, import or export of the
+    local PATH (or SRC) left: an OUT moved aside is put back, dead staging folders are removed.
 
     \b
     Example:
@@ -1136,7 +1149,7 @@ def export_lerobot_command(
     dataset: str, out: str, version: str | None, force: bool, progress: bool, storage_options: dict[str, Any] | None,
     quiet: bool, as_json: bool,
 ) -> None:
-    """Export an episode dataset to a new LeRobot dataset at OUT (v2.1 or v3.0).
+    """Export an episode dataset to a LeRobot dataset at OUT (v2.1 or v3.0).
 
     Parquet files with the source's schema, the source's metadata files (rewritten only where the
     version or the episodes changed), the mp4s copied, cut or joined at keyframes (re-encoded with
@@ -1175,7 +1188,19 @@ def _episode_bar(show: bool, dataset: str, storage_options: dict[str, Any] | Non
 
 def format_check_options(fn: F) -> F:
     """The options of every ``shardstore check FORMAT SRC``: ``--deep``, ``--progress``,
-    ``--storage-options``, ``--quiet``, ``--json``."""
+    ``--storage-options``, ``--quiet``, ``--json``; and first, what a killed export to a local SRC
+    left repaired (``checks.repair_output``: one ``repaired: ...`` line each on stderr)."""
+
+    @functools.wraps(fn)
+    def repaired_first(**kwargs: Any) -> Any:
+        from .checks import repair_output
+
+        for action in repair_output(kwargs["src"]):
+            if not kwargs.get("quiet"):
+                click.echo(f"repaired: {action}", err=True)
+        return fn(**kwargs)
+
+    fn = repaired_first  # type: ignore[assignment]
     options = [
         click.option("--deep", is_flag=True, help="Also read every row, statistic and video packet (see docs/robotics.md)."),
         click.option("--progress/--no-progress", default=True, help="With --deep, a progress bar on stderr (only on a terminal)."),

@@ -6,6 +6,11 @@ Python's own hierarchy (``KeyError``, ``FileNotFoundError``, ``ValueError``) sti
 
 from __future__ import annotations
 
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 __all__ = [
     "ShardstoreError",
     "TarFormatError",
@@ -29,9 +34,12 @@ __all__ = [
     "EpisodeFormatError",
     "LinkLoopWarning",
     "PrepareLockedError",
+    "OutputLockedError",
     "LeRobotFormatError",
     "TFRecordFormatError",
     "place_message",
+    "from_library",
+    "library_errors",
     "UnsafePickleError",
 ]
 
@@ -184,6 +192,11 @@ class LinkLoopWarning(UserWarning):
 
 class PrepareLockedError(ShardstoreError, BlockingIOError):
     """Another prepare holds this dataset's lock (``.nv-meta.lock``); the message names its process."""
+class OutputLockedError(ShardstoreError, BlockingIOError):
+    """Another import or export is writing the same OUT (it holds ``.<OUT>.shardstore-lock``); the
+    message names its process."""
+
+
 class UnsafePickleError(PickleNotAllowedError):
     """A pickle (decoded with the opt-in) names a class or function outside numpy's arrays, scalars
     and dtypes and Python's builtin types; the message names it. Nothing it names was called."""
@@ -201,3 +214,57 @@ class IndexCorruptError(StaleIndexError):
     end of its shard, a ``tar_file_id`` with no shard. Names the index file or shard, the member or
     key and the offset; rerun prepare. (A ``StaleIndexError``: a changed shard and a damaged index
     look alike to a reader, and the cure is the same.)"""
+
+
+#: What ``from_library`` keeps of a library's message (h5py's run over several lines and kilobytes).
+_MAX_DETAIL = 400
+
+
+def from_library(exc: BaseException, path: str | None = None, member: str | None = None) -> ShardstoreError:
+    """A library's exception (pyarrow, h5py, PyAV, json, sqlite3, the OS, numpy) as the typed
+    ``ShardstoreError`` that says the same, on one line: ``path`` and ``member`` where the caller
+    knows them, else what the exception itself names (an ``OSError``'s file, a JSON or UTF-8
+    error's offset). Raise it ``from exc``; a ``ShardstoreError`` comes back as it is."""
+    if isinstance(exc, ShardstoreError):
+        return exc
+    name = type(exc).__name__
+    text = " ".join(str(exc).split())
+    if isinstance(exc, KeyError) and exc.args:
+        text = f"no {exc.args[0]!r}"
+    detail = (text if isinstance(exc, OSError | json.JSONDecodeError) and text else f"{name}: {text}" if text else name)
+    if len(detail) > _MAX_DETAIL:
+        detail = detail[:_MAX_DETAIL] + "..."
+    if isinstance(exc, json.JSONDecodeError):
+        return ConfigError(f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", path=path,
+                           member=member, offset=exc.pos)
+    if isinstance(exc, UnicodeDecodeError):
+        return DecodeError(f"not {exc.encoding}: {exc.reason}", path=path, member=member, offset=exc.start)
+    sqlite3 = sys.modules.get("sqlite3")  # (not imported here: only an error of a loaded module can come)
+    if sqlite3 is not None and isinstance(exc, sqlite3.Error):
+        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+            return StorageError(f"cannot write (sqlite: {text}): No space left on device or an I/O error",
+                                path=path, member=member)
+        return IndexCorruptError(f"sqlite: {text}", path=path, member=member)
+    if isinstance(exc, RecursionError):
+        return DecodeError("nested too deeply to read (a cycle of links, or thousands of levels)", path=path, member=member)
+    if isinstance(exc, MemoryError):
+        return StorageError("out of memory (a size in the input is larger than this machine can hold)", path=path, member=member)
+    if isinstance(exc, OSError):
+        where = path if path is not None else exc.filename
+        return StorageError(exc.strerror or detail, path=where, member=member)
+    if isinstance(exc, KeyError | ValueError | TypeError | IndexError):
+        return DecodeError(detail, path=path, member=member)
+    return ShardstoreError(detail, path=path, member=member)
+
+
+@contextmanager
+def library_errors(path: str | None, member: str | None = None) -> Iterator[None]:
+    """Around a library call on ``path``: its exceptions (but not ``ShardstoreError``, nor
+    ``KeyboardInterrupt`` and exit) raised again as ``from_library`` makes them, with the original
+    as ``__cause__``."""
+    try:
+        yield
+    except ShardstoreError:
+        raise
+    except Exception as e:
+        raise from_library(e, path, member) from e

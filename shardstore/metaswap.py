@@ -32,9 +32,12 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from .errors import PrepareLockedError, StorageError
+from .errors import PrepareLockedError, ShardstoreError, StorageError
 
-__all__ = ["PrepareLock", "swap_in", "remove_generation", "recover", "swap_in_progress", "pause_point", "META_DIR"]
+__all__ = [
+    "FolderLock", "PrepareLock", "swap_in", "remove_generation", "recover", "swap_in_progress", "pause_point",
+    "owner_gone", "META_DIR",
+]
 
 META_DIR = ".nv-meta"
 LOCK_NAME = f"{META_DIR}.lock"
@@ -60,30 +63,28 @@ def pause_point(stage: str) -> None:
     time.sleep(3600)
 
 
-class PrepareLock:
-    """An exclusive ``flock`` on ``<root>/.nv-meta.lock`` for one prepare; ``PrepareLockedError``
-    (naming the holder's pid, host and start time) when another process holds it.
+class FolderLock:
+    """An exclusive ``flock`` on the file ``path``; ``error(busy)`` (naming the holder's pid, host
+    and start time) when another process holds it.
 
-    The file exists only while a prepare runs (or after one was killed: the next lock reuses it).
+    The file exists only while its holder runs (or after one was killed: the next lock reuses it).
     It is removed before it is unlocked, and a lock taken on a file that is no longer at the path is
     taken again, so two processes never hold locks on two different files."""
 
-    def __init__(self, root: str) -> None:
-        self.path = os.path.join(root, LOCK_NAME)
+    def __init__(self, path: str, *, busy: str, error: type[ShardstoreError]) -> None:
+        self.path = path
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
             except OSError as e:
-                raise StorageError(f"cannot write {META_DIR} (its lock file): {e.strerror}", path=self.path) from e
+                raise StorageError(f"cannot write its lock file: {e.strerror}", path=self.path) from e
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
                 holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "a process that is starting"
                 os.close(fd)
                 if e.errno in (errno.EWOULDBLOCK, errno.EACCES, errno.EAGAIN):
-                    raise PrepareLockedError(
-                        f"another prepare is running on this dataset ({holder}); wait for it to finish", path=self.path
-                    ) from None
+                    raise error(f"{busy} ({holder}); wait for it to finish", path=self.path) from None
                 raise StorageError(f"cannot lock: {e.strerror}", path=self.path) from e
             try:
                 st, now = os.fstat(fd), os.stat(self.path)
@@ -107,6 +108,15 @@ class PrepareLock:
             self.fd = -1
 
 
+class PrepareLock(FolderLock):
+    """The lock of one prepare: ``<root>/.nv-meta.lock``; ``PrepareLockedError`` when it is taken."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(
+            os.path.join(root, LOCK_NAME), busy="another prepare is running on this dataset", error=PrepareLockedError
+        )
+
+
 def _exchange(a: str, b: str) -> bool:
     """Swap the names ``a`` and ``b`` atomically; False when the platform or filesystem cannot."""
     if not sys.platform.startswith("linux") or os.environ.get("SHARDSTORE_RENAME_EXCHANGE") == "0":
@@ -123,25 +133,27 @@ def _exchange(a: str, b: str) -> bool:
     raise OSError(err, os.strerror(err), b)
 
 
-def swap_in(staging: str, final: str) -> str | None:
+def swap_in(staging: str, final: str, aside_prefix: str = OLD_PREFIX, stage: str = "") -> str | None:
     """Make the complete folder ``staging`` the new ``final``; return where the old one now is
     (None when there was none). Readers see the old or the new folder at every instant where
-    ``renameat2(RENAME_EXCHANGE)`` works; elsewhere there is a moment with neither (see module)."""
+    ``renameat2(RENAME_EXCHANGE)`` works; elsewhere there is a moment with neither (see module),
+    the old folder then being ``<aside_prefix><host>-<pid>-<random>`` beside ``final``. ``stage``
+    prefixes the names of its pause points (``pause_point``)."""
     if not os.path.lexists(final):
         os.rename(staging, final)
         return None
     if _exchange(staging, final):
-        pause_point("swapped")
+        pause_point(f"{stage}swapped")
         return staging
-    aside = os.path.join(os.path.dirname(final), f"{OLD_PREFIX}{HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    aside = os.path.join(os.path.dirname(final), f"{aside_prefix}{HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     os.rename(final, aside)
     try:
-        pause_point("fallback-between-renames")
+        pause_point(f"{stage}fallback-between-renames")
         os.rename(staging, final)
     except BaseException:
         os.rename(aside, final)
         raise
-    pause_point("swapped")
+    pause_point(f"{stage}swapped")
     return aside
 
 
@@ -171,11 +183,14 @@ def swap_in_progress(root: str) -> bool:
         return False
 
 
-def _dead_here(name: str, prefix: str) -> bool:
-    """``<prefix><host>-<pid>-<random>`` of a process of this host that is gone."""
+def owner_gone(name: str, prefix: str, *, holding_lock: bool = False) -> bool:
+    """``<prefix><host>-<pid>-<random>`` of a process of this host that is gone (with
+    ``holding_lock``, the caller holds the lock every such process held: any of this host)."""
     parts = name[len(prefix) :].rsplit("-", 2)
     if len(parts) != 3 or parts[0] != HOST or not parts[1].isdigit():
         return False
+    if holding_lock:
+        return True
     try:
         os.kill(int(parts[1]), 0)
     except ProcessLookupError:
@@ -213,7 +228,7 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
     except OSError:
         return out
     final = os.path.join(root, META_DIR)
-    olds = [n for n in names if n.startswith(OLD_PREFIX) and (holding_lock or _dead_here(n, OLD_PREFIX))]
+    olds = [n for n in names if n.startswith(OLD_PREFIX) and (holding_lock or owner_gone(n, OLD_PREFIX))]
     if not os.path.lexists(final):
         complete = [n for n in olds if os.path.exists(os.path.join(root, n, ".info.json"))]
         if complete:
@@ -229,7 +244,7 @@ def recover(root: str, *, holding_lock: bool) -> Recovery:
             remove_generation(os.path.join(root, name))
             out.removed.append(name)
     for name in names:
-        if name.startswith(STAGING_PREFIX) and _dead_here(name, STAGING_PREFIX):
+        if name.startswith(STAGING_PREFIX) and owner_gone(name, STAGING_PREFIX):
             remove_generation(os.path.join(root, name))
             out.removed.append(name)
     return out

@@ -231,8 +231,9 @@ def test_a_killed_writer_leaves_nothing_and_a_rerun_succeeds(tmp_path: Path) -> 
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL and "written" in proc.stdout, proc.stderr
     assert not out.exists()
-    leftovers = [p.name for p in tmp_path.iterdir()]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".ds.shardstore-tmp-")
+    leftovers = sorted(p.name for p in tmp_path.iterdir())  # its lock file and its staging folder
+    assert len(leftovers) == 2 and leftovers[0] == ".ds.shardstore-lock", leftovers
+    assert leftovers[1].startswith(".ds.shardstore-tmp-")
     with EpisodeWriter(out, schema=SCHEMA) as w:
         for ep in make_episodes(2):
             w.write(ep)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexVersionError
+from ..errors import IndexVersionError, library_errors
 from .model import from_jsonable, to_jsonable
 
 __all__ = [
@@ -145,7 +145,8 @@ class EpisodeIndexReader:
         self.path = path
         self._db: sqlite3.Connection | None = None
         self._pid = -1
-        info = dict(self.db.execute("SELECT key, value FROM info").fetchall())
+        with library_errors(path):
+            info = dict(self.db.execute("SELECT key, value FROM info").fetchall())
         if info.get("format") != "shardstore-episodes":
             raise IndexVersionError("not a shardstore episode index", path=path)
         if int(info.get("version", 0)) > INDEX_FORMAT:
@@ -172,14 +173,15 @@ class EpisodeIndexReader:
     def positions(self, shards: Iterable[str]) -> Positions:
         """The episodes whose samples lie in ``shards``, in that shard order."""
         order = {name: k for k, name in enumerate(shards)}
-        rows = [
-            (number, order[shard], first, samples, steps, terminal)
-            for number, shard, first, samples, steps, terminal in self.db.execute(
-                "SELECT number, shard, first_index, samples, steps, terminal FROM episodes"
-            )
-            if shard in order
-        ]
-        arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
+        with library_errors(self.path, "episodes"):
+            rows = [
+                (number, order[shard], first, samples, steps, terminal)
+                for number, shard, first, samples, steps, terminal in self.db.execute(
+                    "SELECT number, shard, first_index, samples, steps, terminal FROM episodes"
+                )
+                if shard in order
+            ]
+            arr = np.array(rows, dtype=np.int64).reshape(-1, 6)
         arr = arr[np.lexsort((arr[:, 2], arr[:, 1]))]
         return Positions(
             number=arr[:, 0].copy(), shard=arr[:, 1].astype(np.int32), first=arr[:, 2].copy(),
@@ -187,14 +189,16 @@ class EpisodeIndexReader:
         )
 
     def row(self, number: int) -> EpisodeRow:
-        found = self.db.execute("SELECT * FROM episodes WHERE number = ?", (int(number),)).fetchone()
+        with library_errors(self.path, f"episode {number}"):
+            found = self.db.execute("SELECT * FROM episodes WHERE number = ?", (int(number),)).fetchone()
         if found is None:
             raise KeyError(number)
-        n, shard, first, samples, steps, key, terminal, metadata, source = found
-        return EpisodeRow(
-            n, shard, first, samples, steps, key, bool(terminal),
-            from_jsonable(json.loads(metadata)), from_jsonable(json.loads(source)),
-        )
+        with library_errors(self.path, f"episode {number}"):
+            n, shard, first, samples, steps, key, terminal, metadata, source = found
+            return EpisodeRow(
+                n, shard, first, samples, steps, key, bool(terminal),
+                from_jsonable(json.loads(metadata)), from_jsonable(json.loads(source)),
+            )
 
     def blob_starts(self, number: int) -> np.ndarray | None:
         """Episode ``number``'s row starts in its ``blobs.bin`` (uint64), None where the index has

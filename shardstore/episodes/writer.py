@@ -2,10 +2,11 @@
 
 Every import goes through it (``EpisodeWriter(out).write_stream(read_minari(src))``), and user code
 records rollouts with it. The shards, the episode index, ``schema.json`` and the source's files are
-written into a staging folder beside OUT, prepared there, and only then moved into place: an
-interrupted writer (an exception, Ctrl-C, SIGTERM through the CLI) removes its staging folder, one
-killed outright leaves only a hidden ``.<OUT>.shardstore-tmp-<host>-<pid>-<random>`` folder that the
-next writer of the same OUT removes. OUT never holds half a dataset.
+written into a staging folder beside OUT, prepared there, and only then swapped into place
+(``staging.StagedFolder``): an interrupted writer (an exception, Ctrl-C, SIGTERM through the CLI)
+removes its staging folder, one killed outright leaves a hidden
+``.<OUT>.shardstore-tmp-<host>-<pid>-<random>`` folder that the next writer of the same OUT (or
+``shardstore check OUT``) removes. OUT is at every instant the old dataset or the new one.
 
 Shards are written by ``tarwriter.TarWriter`` (plain ustar headers; webdataset's writer, through
 Python's tarfile, was 79% of an import's time). An episode never spans two shards, so it
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from .. import nvmeta
-from ..errors import ConfigError, EpisodeFormatError
+from ..errors import ConfigError, EpisodeFormatError, ShardstoreError, from_library
 from ..storage import is_remote_url
 from . import layout
 from .encode import EncodedEpisode, encode_episode
@@ -151,12 +153,14 @@ class EpisodeWriter:
     ``"8,1,1"`` or ``[("train", 8), ...]`` for episodes whose ``split`` is None (default: all
     train). ``schema``: the field tree (default: inferred from the first episode, see
     ``infer_schema``). ``source_files``: relative path -> bytes, kept under ``.nv-meta/source/``.
+    ``subflavors``: Energon's ``subflavors`` of ``dataset.yaml`` (given to every sample).
     ``force``: replace a dataset already at ``out``. ``progress``: a progress bar by steps. The
     members' mtime is the writer's start, or ``$SOURCE_DATE_EPOCH`` when set (the same bytes
     from the same episodes, e.g. to compare an import on a cluster with a local one).
 
     Use as a context manager (or call ``close()``): on a clean exit the dataset is prepared and
-    moved into place and ``report`` says what was written; on an exception nothing is left.
+    moved into place and ``report`` says what was written; on an exception nothing is left (an
+    ``OSError`` of writing, a full disk, comes out as the ``StorageError`` naming ``out``).
     Raises ``ConfigError`` for a taken ``out`` or bad options, ``EpisodeFormatError`` for an episode
     that does not fit the schema (naming episode and field).
     """
@@ -174,6 +178,7 @@ class EpisodeWriter:
         progress: bool = False,
         total_steps: int | None = None,
         num_workers: int | None = None,
+        subflavors: Mapping[str, str] | None = None,
     ) -> None:
         from ..prepare import parse_split_ratio
 
@@ -192,6 +197,7 @@ class EpisodeWriter:
         self._declared = ["train", *[name for name, _ in ratio or [] if name != "train"]]
         self.schema = schema
         self._source_files = dict(source_files or {})
+        self._subflavors = dict(subflavors or {})
         self.num_workers = num_workers
         self.report: WriteReport | None = None
         self._t0 = time.perf_counter()
@@ -309,8 +315,10 @@ class EpisodeWriter:
         self._closed = True
         try:
             self.report = self._finish()
-        except BaseException:
+        except BaseException as e:
             self._cleanup()
+            if isinstance(e, OSError | sqlite3.Error) and not isinstance(e, ShardstoreError):  # a full disk
+                raise from_library(e, self.out) from e
             raise
         return self.report
 
@@ -325,8 +333,10 @@ class EpisodeWriter:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         if et is None:
             self.close()
-        else:
-            self.abort()
+            return
+        self.abort()
+        if isinstance(ev, OSError | sqlite3.Error) and not isinstance(ev, ShardstoreError):  # a full disk
+            raise from_library(ev, self.out) from ev
 
     def _cleanup(self) -> None:
         if self._progress is not None:
@@ -365,6 +375,8 @@ class EpisodeWriter:
             sample_type="CrudeWebdataset",
             num_workers=self.num_workers,
         )
+        if self._subflavors:
+            _set_subflavors(os.path.join(meta, nvmeta.DATASET_YAML), self._subflavors)
         shard_names = [name for s in self._shards.values() for name in s.names]
         size = sum(os.path.getsize(os.path.join(self.staging, name)) for name in shard_names)
         self._staged.commit()
@@ -399,6 +411,17 @@ def _members_mtime() -> int:
     if not value.isdigit():
         raise ConfigError(f"must be a whole number of seconds, not {value!r}", member="SOURCE_DATE_EPOCH", noun="environment variable")
     return int(value)
+
+
+def _set_subflavors(dataset_yaml: str, subflavors: Mapping[str, str]) -> None:
+    """Add ``subflavors`` (Energon's constructor argument) to a staged ``dataset.yaml``."""
+    import yaml
+
+    with open(dataset_yaml, "rb") as f:
+        doc = yaml.safe_load(f) or {}
+    doc["subflavors"] = dict(subflavors)
+    with open(dataset_yaml, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
 
 
 def _is_dataset(path: str) -> bool:

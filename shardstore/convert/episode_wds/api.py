@@ -10,8 +10,9 @@ per rank and worker) with its subflavors; ``shardstore.open_metadataset`` and En
 
 Data type, benchmark and task are each dataset's ``subflavors`` in its ``dataset.yaml`` (Energon
 passes them to ``CrudeWebdataset`` and every sample's ``__subflavors__``; shardstore too). Each
-dataset is written and prepared in a staging folder and moved into place whole (``EpisodeWriter``);
-``dataset.yaml`` and ``blend.yaml`` are replaced atomically.
+dataset is written and prepared in a staging folder, subflavors included (``EpisodeWriter``); several
+tasks are written into one staging folder of OUT with ``blend.yaml`` and swapped into place together
+(``episodes.staging``): OUT holds all the tasks of the new import or the old OUT, never some of each.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,11 @@ from ...episodes import EpisodeWriter, WriteReport, episodes
 from ...episodes.index import SCHEMA_JSON
 from ...episodes.mapping import ConversionReport
 from ...episodes.model import Schema
+from ...episodes.staging import StagedFolder
 from ...errors import ConfigError, StorageError
 from ...storage import open_storage
 from .conventions import to_episode_wds
-from .layout import FORMAT, find_tasks, read_task, write_episode_wds
+from .layout import FORMAT, Task, find_tasks, read_task, write_episode_wds
 
 __all__ = ["BLEND_YAML", "ImportReport", "import_episode_wds", "export_episode_wds", "source_summary"]
 
@@ -67,7 +69,9 @@ def import_episode_wds(
     """Import a shard, a folder of shards or a root of task folders into prepared datasets.
 
     One task: the dataset is ``out``. Several: ``out/<relative path of the task>`` each, and with
-    ``blend_yaml`` ``out/blend.yaml`` blending them uniformly (per split the datasets have).
+    ``blend_yaml`` ``out/blend.yaml`` blending them uniformly (per split the datasets have), all
+    written into one staging folder and swapped into place together: a task that fails leaves
+    ``out`` as it was (``force`` replaces an earlier import of several tasks, ``out`` whole).
     ``allow_pickle``: unpickle every part through the restricted unpickler on the way (checked,
     dtypes and shapes recorded; see ``read_episode_wds``). ``writer_options`` go to each
     ``EpisodeWriter`` (``force``, ``progress``, ``granularity``, ``shard_size``, ``split_ratio``...).
@@ -75,34 +79,38 @@ def import_episode_wds(
     shard each (they must reach ``src``'s path); the same output byte for byte.
     """
     tasks = find_tasks(src)
-    root = Path(out)
-    if blend_yaml and len(tasks) == 1:
-        raise ConfigError("--blend-yaml blends several tasks; this source holds one", path=str(src), member="--blend-yaml", noun="option")
-    reports, flavors, paths = [], [], []
-    for task in tasks:
-        stream = read_task(task, allow_pickle=allow_pickle)
-        target = root.joinpath(*task.names) if len(tasks) > 1 else root
-        writer = EpisodeWriter(target, schema=stream.schema, source_files=stream.source_files, **writer_options)
-        report = writer.write_stream(stream, executor)
-        _set_subflavors(target, task.subflavors)
-        reports.append(report)
-        flavors.append(task.subflavors)
-        paths.append(target)
-    written = None
-    if blend_yaml:
-        written = str(root / BLEND_YAML)
-        _write_atomic(root / BLEND_YAML, _blend_yaml(root, paths, flavors, [r.splits for r in reports]))
-    return ImportReport(reports, flavors, written)
+    if len(tasks) == 1:
+        if blend_yaml:
+            raise ConfigError("--blend-yaml blends several tasks; this source holds one", path=str(src), member="--blend-yaml", noun="option")
+        return ImportReport([_import_task(tasks[0], Path(out), allow_pickle, executor, writer_options)], [tasks[0].subflavors])
+    options = dict(writer_options)
+    with StagedFolder(out, force=options.pop("force", False), holds=_holds_tasks, what="an import of several tasks") as staged:
+        root = Path(staged.path)
+        reports = [_import_task(task, root.joinpath(*task.names), allow_pickle, executor, options) for task in tasks]
+        if blend_yaml:
+            paths = [root.joinpath(*task.names) for task in tasks]
+            flavors = [task.subflavors for task in tasks]
+            (root / BLEND_YAML).write_bytes(_blend_yaml(root, paths, flavors, [r.splits for r in reports]))
+        staged.commit()
+    final = Path(staged.out)
+    reports = [replace(r, path=str(final.joinpath(*task.names))) for r, task in zip(reports, tasks, strict=True)]
+    return ImportReport(reports, [task.subflavors for task in tasks], str(Path(out) / BLEND_YAML) if blend_yaml else None)
 
 
-def _set_subflavors(dataset: Path, subflavors: Mapping[str, str]) -> None:
-    """Add ``subflavors`` to the dataset's ``dataset.yaml`` (Energon's constructor argument)."""
-    if not subflavors:
-        return
-    path = dataset / nvmeta.META_DIR / nvmeta.DATASET_YAML
-    doc = yaml.safe_load(path.read_bytes()) or {}
-    doc["subflavors"] = dict(subflavors)
-    _write_atomic(path, yaml.safe_dump(doc, sort_keys=False).encode())
+def _import_task(
+    task: Task, target: Path, allow_pickle: bool, executor: Executor | None, writer_options: Mapping[str, Any]
+) -> WriteReport:
+    stream = read_task(task, allow_pickle=allow_pickle)
+    writer = EpisodeWriter(
+        target, schema=stream.schema, source_files=stream.source_files, subflavors=task.subflavors, **writer_options
+    )
+    return writer.write_stream(stream, executor)
+
+
+def _holds_tasks(folder: str) -> bool:
+    """An earlier import of several tasks: its blend YAML or a dataset below."""
+    root = Path(folder)
+    return (root / BLEND_YAML).is_file() or next(root.rglob(nvmeta.META_DIR), None) is not None
 
 
 def _blend_yaml(
@@ -125,12 +133,6 @@ def _blend_yaml(
         },
     }
     return yaml.safe_dump(doc, sort_keys=False).encode()
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def export_episode_wds(

@@ -490,13 +490,9 @@ def write_episode_wds(
     Written in a staging folder beside ``out`` and moved into place (``StagedFolder``): ``out`` must
     be new or empty, or hold such shards and ``force`` be given.
     """
-    staged = StagedFolder(out, force=force, holds=_holds_shards, what="a folder of shards")
-    try:
+    with StagedFolder(out, force=force, holds=_holds_shards, what="a folder of shards") as staged:
         names = _write_shards(stream, Path(staged.path), compress)
         staged.commit()
-    except BaseException:
-        staged.abort()
-        raise
     return names
 
 
@@ -510,28 +506,33 @@ def _write_shards(stream: EpisodeStream, stage: Path, compress: bool | None) -> 
     writer: _ShardWriter | None = None
     current: str | None = None
     names: list[str] = []
-    for episode in stream.episodes:
-        source = episode.source
-        src = str(source["shard"]) if source.get("shard") in shards else None
-        if writer is None or (src is not None and src != current):
-            if writer is not None:
-                writer.close()
-            if src is None:
-                name = f"shard-{len(names):06d}.tar" + (".zst" if compress else "")
-            else:
-                name = src if compress is None else src.removesuffix(".zst") + (".zst" if compress else "")
-                safe_name(name, SCHEMA_WHERE, "shard name")  # a name from the dataset's own files
-                if name in names:  # its episodes are not together in the stream: refuse, never overwrite
-                    raise EpisodeFormatError(
-                        f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}", noun=""
-                    )
-            writer = _ShardWriter(stage / name, _metadata_for(stream, shards.get(src or "")))
-            current = src
-            names.append(name)
-        keys = source.get("keys") if src is not None else None
-        writer.write_episode(schema, episode, keys)
-    if writer is not None:
-        writer.close()
+    try:
+        for episode in stream.episodes:
+            source = episode.source
+            src = str(source["shard"]) if source.get("shard") in shards else None
+            if writer is None or (src is not None and src != current):
+                if writer is not None:
+                    writer.close()
+                if src is None:
+                    name = f"shard-{len(names):06d}.tar" + (".zst" if compress else "")
+                else:
+                    name = src if compress is None else src.removesuffix(".zst") + (".zst" if compress else "")
+                    safe_name(name, SCHEMA_WHERE, "shard name")  # a name from the dataset's own files
+                    if name in names:  # its episodes are not together in the stream: refuse, never overwrite
+                        raise EpisodeFormatError(
+                            f"episodes of source shard {src!r} are not contiguous", member=f"episode {episode.index}", noun=""
+                        )
+                writer = _ShardWriter(stage / name, _metadata_for(stream, shards.get(src or "")))
+                current = src
+                names.append(name)
+            keys = source.get("keys") if src is not None else None
+            writer.write_episode(schema, episode, keys)
+        if writer is not None:
+            writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.discard()
+        raise
     return names
 
 
@@ -585,6 +586,14 @@ class _ShardWriter:
         self._tar.close()
         if self._zstd is not None:
             self._zstd.close()  # ends the zstd frame (the raw file stays open: closefd=False)
+        self._raw.close()
+
+    def discard(self) -> None:
+        """Close the file after a failure without writing what the tar and zstd streams buffer (on
+        a full disk that fails again, and tarfile would try once more when collected)."""
+        tar: Any = self._tar  # (tarfile's attributes below are not in its stubs)
+        tar.closed = True
+        tar.fileobj.closed = True  # its _Stream: no flush at __del__
         self._raw.close()
 
 

@@ -37,7 +37,7 @@ from ...errors import LeRobotFormatError
 from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
-from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow, parquet_errors
+from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
 from .write import WriteReport, write_lerobot
 
 __all__ = [
@@ -78,9 +78,8 @@ def read_lerobot(
     report, meta = check_lerobot(storage)
     report.raise_first()
     assert meta is not None
-    pq = import_arrow()
-    with parquet_errors(storage.url(meta.episodes[0].data_file)), storage.open(meta.episodes[0].data_file) as f:
-        arrow_schema = pq.ParquetFile(f).schema_arrow
+    with parquet_file(storage, meta.episodes[0].data_file) as pf:
+        arrow_schema = pf.schema_arrow
     schema = _schema(meta, arrow_schema, frames)
     video_files = {
         span.file: _opener(storage, span.file) for e in meta.episodes for span in e.videos.values()
@@ -202,16 +201,13 @@ def _episodes(
     entries: Sequence[EpisodeEntry], storage: Storage, schema: Schema, fps: float, frames: FramesMode | None,
     split_of: _Splits,
 ) -> Iterator[Episode]:
-    pq = import_arrow()
     decoder = FrameDecoder(storage.open) if frames else None
     cached: tuple[str, Any] | None = None
     try:
         for entry in entries:
             if cached is None or cached[0] != entry.data_file:
-                with parquet_errors(storage.url(entry.data_file), f"episode {entry.index}"), storage.open(
-                    entry.data_file
-                ) as f:
-                    cached = (entry.data_file, pq.read_table(f))
+                with parquet_file(storage, entry.data_file, f"episode {entry.index}") as pf:
+                    cached = (entry.data_file, pf.read())
             table = cached[1]
             if entry.row_start is not None:  # v3.0: many episodes per file
                 first = int(table.column("index")[0].as_py()) if table.num_rows else 0

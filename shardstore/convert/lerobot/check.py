@@ -27,9 +27,8 @@ from ...storage import Storage
 from .meta import (
     TEMPLATE_FIELDS,
     LeRobotMeta,
-    import_arrow,
     load_meta,
-    parquet_errors,
+    parquet_file,
     template_fields,
 )
 
@@ -70,7 +69,7 @@ def check_lerobot(storage: Storage) -> tuple[CheckReport, LeRobotMeta | None]:
     try:
         meta = load_meta(storage)
     except ShardstoreError as e:
-        report.add("error", "meta", e.detail, file=e.path)
+        report.add("error", "meta", f"{e.member}: {e.detail}" if e.member else e.detail, file=e.path)
         return report, None
     check_meta(meta, storage, report)
     return report, meta
@@ -165,7 +164,6 @@ def _check_files(meta: LeRobotMeta, present: set[str], report: CheckReport, stor
 
 def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> None:
     """Parquet rows per episode = its length; columns = the non-video features."""
-    pq = import_arrow()
     report.checks += ["rows", "columns"]
     want = {k for k, f in meta.features.items() if f.get("dtype") != "video"}
     by_file: dict[str, list[int]] = {}
@@ -174,8 +172,7 @@ def _check_rows(meta: LeRobotMeta, storage: Storage, report: CheckReport) -> Non
         by_file.setdefault(e.data_file, []).append(e.index)
     for path, eps in by_file.items():
         try:
-            with parquet_errors(storage.url(path)), storage.open(path) as f:  # the schema, one column: no images
-                pf = pq.ParquetFile(f)
+            with parquet_file(storage, path) as pf:  # the schema, and one column: images are not read here
                 cols = set(pf.schema_arrow.names) - {"__index_level_0__"}
                 table = pf.read(columns=["episode_index"]) if "episode_index" in cols else None
         except LeRobotFormatError as err:

@@ -36,7 +36,7 @@ from ...errors import DecodeError, ShardstoreError
 from ...storage import Storage, open_storage
 from . import stats as lstats
 from .check import CheckReport, check_lerobot
-from .meta import EpisodeEntry, LeRobotMeta, column_numpy, import_arrow
+from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
 
 __all__ = ["TOLERANCE_S", "check_deep"]
 
@@ -156,14 +156,13 @@ def _check_data_file(
     computed: dict[int, dict[str, dict[str, np.ndarray]]],
 ) -> int:
     """Every rule on the rows of one data file; returns its row count."""
-    pq = import_arrow()
     url = storage.url(path)
     report.ran("features", "rows", "finite", "stats")
     try:
-        with storage.open(path) as f:
-            table = pq.read_table(f)
-    except (OSError, ValueError, ShardstoreError) as err:
-        report.add("error", "rows", f"the parquet file does not read: {err}", file=url)
+        with parquet_file(storage, path) as pf:
+            table = pf.read()
+    except ShardstoreError as err:
+        report.add("error", "rows", f"the parquet file does not read: {err.detail}", file=url)
         return 0
     rows = table.num_rows
     columns = _columns(meta, table, url, report)

@@ -31,6 +31,7 @@ from ...errors import LeRobotFormatError, MissingExtraError, PathEscapeError, Sh
 from ...storage import Storage
 
 __all__ = [
+    "parquet_file",
     "VERSIONS",
     "EpisodeEntry",
     "LeRobotMeta",
@@ -78,6 +79,26 @@ def parquet_errors(where: str, member: str | None = None) -> Iterator[None]:
             raise
         raise LeRobotFormatError(f"not a readable parquet file: {type(e).__name__}: {e}", path=where,
                                  member=member) from e
+
+
+@contextlib.contextmanager
+def parquet_file(storage: Storage, path: str, member: str | None = None) -> Iterator[Any]:
+    """``path`` of ``storage`` as a ``pyarrow.parquet.ParquetFile``, its errors raised as
+    ``parquet_errors`` names them. A local file is opened by pyarrow itself: given a Python file
+    object, pyarrow's reader threads could still be inside it when a corrupt file's error ended the
+    process, which then aborted (``terminate called without an active exception``)."""
+    pq = import_arrow()
+    local = storage.local_path(path)
+    with parquet_errors(storage.url(path), member):
+        if local is not None:
+            pf = pq.ParquetFile(local)
+            try:
+                yield pf
+            finally:
+                pf.close()
+        else:
+            with storage.open(path) as f:
+                yield pq.ParquetFile(f)
 
 
 @dataclass(slots=True)
@@ -221,7 +242,23 @@ def read_info(storage: Storage) -> tuple[dict[str, Any], str]:
         raise LeRobotFormatError(
             f"chunks_size must be a positive integer, not {info['chunks_size']!r}", path=where
         )
+    for key, feature in info["features"].items():
+        _check_feature(feature, where, f"features.{key}")
+    for key, optional in (("data_path", False), ("video_path", True)):
+        if not (isinstance(info.get(key), str) or (optional and info.get(key) is None)):
+            raise LeRobotFormatError(f"must be a path template (a string), not {info.get(key)!r}", path=where, member=key)
+    splits = info.get("splits", {})
+    if not isinstance(splits, dict) or not all(isinstance(v, str) for v in splits.values()):
+        raise LeRobotFormatError(f"must map split names to 'from:to' strings, not {splits!r}", path=where, member="splits")
     return info, version
+
+
+def _check_feature(feature: Mapping[str, Any], where: str, member: str) -> None:
+    """A ``features`` entry (its shape checked above): a string ``dtype``, an object ``info``."""
+    if not isinstance(feature.get("dtype"), str):
+        raise LeRobotFormatError(f"must be a string, not {feature.get('dtype')!r}", path=where, member=f"{member}.dtype")
+    if not isinstance(feature.get("info") or {}, dict):
+        raise LeRobotFormatError(f"must be a JSON object, not {feature['info']!r}", path=where, member=f"{member}.info")
 
 
 def load_meta(storage: Storage) -> LeRobotMeta:
@@ -239,8 +276,12 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
     for name in ("meta/episodes.jsonl", "meta/tasks.jsonl"):
         if name not in meta.files:
             raise LeRobotFormatError(f"v2.1 needs {name}", path=storage.url(name))
-    tasks = _jsonl(meta.files["meta/tasks.jsonl"], storage.url("meta/tasks.jsonl"))
-    meta.tasks = [t["task"] for t in sorted(tasks, key=lambda t: t["task_index"])]
+    where = storage.url("meta/tasks.jsonl")
+    rows = _jsonl(meta.files["meta/tasks.jsonl"], where)
+    tasks = sorted(((_whole(t, "task_index", where, i), t.get("task")) for i, t in enumerate(rows, 1)), key=lambda t: t[0])
+    if not all(isinstance(text, str) for _, text in tasks):
+        raise LeRobotFormatError("a task must be a string", path=where, member="task")
+    meta.tasks = [str(text) for _, text in tasks]
     stats_rows = _jsonl(
         meta.files.get("meta/episodes_stats.jsonl", b""), storage.url("meta/episodes_stats.jsonl")
     )
@@ -306,21 +347,23 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
     info = meta.info
     if "meta/tasks.parquet" not in meta.files:
         raise LeRobotFormatError("v3.0 needs meta/tasks.parquet", path=storage.url("meta/tasks.parquet"))
-    with parquet_errors(storage.url("meta/tasks.parquet")):
+    where = storage.url("meta/tasks.parquet")
+    with parquet_errors(where):
         tasks = pq.read_table(io.BytesIO(meta.files["meta/tasks.parquet"])).to_pylist()
     name_col = next((c for c in ("task", "__index_level_0__") if tasks and c in tasks[0]), None)
-    meta.tasks = [str(t[name_col]) if name_col else "" for t in sorted(tasks, key=lambda t: t["task_index"])]
+    ordered = sorted(((_whole(t, "task_index", where, i), t) for i, t in enumerate(tasks, 1)), key=lambda t: t[0])
+    meta.tasks = [str(t[name_col]) if name_col else "" for _, t in ordered]
     ep_files = [p for p in meta.files if p.startswith("meta/episodes/") and p.endswith(".parquet")]
     if not ep_files:
         raise LeRobotFormatError(
             "v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes")
         )
-    rows: list[dict[str, Any]] = []
+    rows: list[tuple[int, str, dict[str, Any]]] = []
     for p in ep_files:
         with parquet_errors(storage.url(p)):
-            rows.extend(pq.read_table(io.BytesIO(meta.files[p])).to_pylist())
-    for row in sorted(rows, key=lambda r: r["episode_index"]):
-        ep = int(row["episode_index"])
+            table = pq.read_table(io.BytesIO(meta.files[p])).to_pylist()
+        rows.extend((_whole(row, "episode_index", storage.url(p), i), p, row) for i, row in enumerate(table, 1))
+    for ep, p, row in sorted(rows, key=lambda r: r[0]):
         where = f"{storage.url(p)}: episode {ep}"
         try:
             data = fill(
@@ -345,10 +388,10 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
                 )
             entry = EpisodeEntry(
                 ep,
-                int(row["length"]),
+                _whole(row, "length", where, ep),
                 list(row.get("tasks") or []),
                 data,
-                int(row["dataset_from_index"]),
+                _whole(row, "dataset_from_index", where, ep),
                 videos,
                 row,
             )

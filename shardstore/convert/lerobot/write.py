@@ -17,8 +17,9 @@
   over all rows: never averaged from per-episode quantiles), image and video features merged from
   their per-episode stats as LeRobot merges them (``stats.merge``).
 
-Everything is written into a staging folder next to ``out`` and renamed into place at the end,
-so a failed or interrupted export leaves no half-written dataset.
+Everything is written into a staging folder next to ``out`` and swapped into place at the end
+(``episodes.staging``): ``out`` is at every instant the old folder or the new dataset, and what a
+killed export leaves is removed by the next export to ``out``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from ...episodes.mp4 import (
 from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
 from ...episodes.video import VideoRef, import_av, scheduling_kept
-from ...errors import LeRobotFormatError
+from ...errors import LeRobotFormatError, library_errors
 from .meta import VERSIONS, flatten_stats, import_arrow, tasks_table
 from .stats import merge, vector_stats
 
@@ -153,7 +154,13 @@ class _Writer:
                     )
                 )
             else:
-                cols.append(_to_arrow(np.asarray(values), f.type))
+                with library_errors(None, f"episode {episode.index}, field {f.name!r}"):
+                    cols.append(_to_arrow(np.asarray(values), f.type))
+            if len(cols[-1]) != n:  # (a field of one row more per episode: RLDS' and Minari's observations)
+                raise LeRobotFormatError(
+                    f"{len(cols[-1])} rows where the episode has {n} frames; LeRobot has one row per frame",
+                    member=f"episode {episode.index}, field {f.name!r}",
+                )
         return pa.Table.from_arrays(cols, schema=self.arrow_schema)
 
     def _write_v21(self, episode: Episode, table: Any, n: int) -> None:
@@ -408,16 +415,16 @@ def write_lerobot(
     progress: Callable[[int], None] | None = None,
     force: bool = False,
 ) -> WriteReport:
-    """Write ``stream`` as a LeRobot dataset at ``out`` (a local folder: missing or empty, or
-    holding a LeRobot dataset that ``force`` replaces). Staged beside ``out`` and moved into place.
+    """Write ``stream`` as a LeRobot dataset at ``out`` (a local folder: new, empty, or with
+    ``force`` holding a LeRobot dataset to replace), staged beside it and swapped into place
+    (``episodes.staging``).
 
     ``version`` is ``"v2.1"`` or ``"v3.0"`` (``"2.1"``/``"3.0"`` too); by default the version the
     stream came from, else v3.0. ``progress(n)`` is called after each episode.
     """
     version = _version(version or stream.schema.source_version or "v3.0")
-    staged = StagedFolder(out, force=force, holds=_holds_lerobot, what="a LeRobot dataset")
-    report = WriteReport(staged.out, version)
-    try:
+    with StagedFolder(out, force=force, holds=_holds_lerobot, what="a LeRobot dataset") as staged:
+        report = WriteReport(staged.out, version)
         writer = _Writer(stream, staged.path, version, report)
         for i, episode in enumerate(stream.episodes, 1):
             writer.add(episode)
@@ -425,9 +432,6 @@ def write_lerobot(
                 progress(i)
         writer.finish()
         staged.commit()
-    except BaseException:
-        staged.abort()
-        raise
     return report
 
 

@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import Executor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -391,9 +392,9 @@ def write_minari(
     version, backend = _layout(schema, version, backend)
     space_map = {top: spaces.parse(schema.attrs.get(key)) or spaces.infer(schema.fields, top)
                  for top, key in spaces.TOP.items()}
-    staged = StagedFolder(out, force=force, holds=_holds_minari, what="a Minari dataset")
     bar = _bar(progress, stream.total_steps)
-    try:
+    with bar if bar is not None else nullcontext(), \
+            StagedFolder(out, force=force, holds=_holds_minari, what="a Minari dataset") as staged:
         data = Path(staged.path) / "data"
         data.mkdir()
         counts = [0, 0]
@@ -430,12 +431,6 @@ def write_minari(
                 target.write_bytes(content)
         size = sum(p.stat().st_size for p in Path(staged.path).rglob("*") if p.is_file())
         staged.commit()
-    except BaseException:
-        staged.abort()
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
     return ExportReport(staged.out, version, backend, counts[0], counts[1], size, round(time.perf_counter() - t0, 3))
 
 

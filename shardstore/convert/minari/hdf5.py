@@ -14,6 +14,7 @@ would leave the dataset's ``data`` folder is refused before it is followed.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 
 from ...episodes.model import Episode, FieldSpec, Rows, Schema
 from ...episodes.tasks import TASKS
-from ...errors import EpisodeFormatError, MissingExtraError, PathEscapeError
+from ...errors import EpisodeFormatError, MissingExtraError, PathEscapeError, StorageError, library_errors
 from . import spaces
 
 __all__ = [
@@ -188,7 +189,7 @@ def read_fields(path: Path, layout_spaces: Mapping[str, Any], jpeg: bool) -> lis
         f = h5py.File(path, "r")
     except OSError as e:
         raise EpisodeFormatError(f"not an HDF5 file: {e}", path=str(path)) from e
-    with f:
+    with library_errors(str(path)), f:
         groups = _episode_groups(f, path)
         if not groups:
             raise EpisodeFormatError("not a Minari dataset: no episode_<id> groups", path=str(path))
@@ -237,7 +238,7 @@ def read_episodes(
     """The episodes of ``path`` in id order (or those of ``groups``, from ``episode_groups``),
     each checked against ``schema`` (``rel`` is the file's name in the dataset, for source info)."""
     h5py = h5py_module()
-    with h5py.File(path, "r") as f:
+    with library_errors(str(path)), h5py.File(path, "r") as f:
         for number, name in _episode_groups(f, path) if groups is None else groups:
             group = f[name]
             n = _steps_of(group, path, name)
@@ -256,7 +257,8 @@ def read_episodes(
                 if _rows(ds, n, path, where) != spec.rows:
                     raise EpisodeFormatError(f"{ds.shape[0]} rows where the first episode's field has {spec.rows} "
                                              f"({n} steps)", path=str(path), member=where, noun="")
-                steps[spec.name] = _read_leaf(ds, spec, path, where)
+                with library_errors(str(path), where):
+                    steps[spec.name] = _read_leaf(ds, spec, path, where)
                 if ds.attrs:
                     dataset_attrs["/".join(spec.source_path)] = {k: attr_to_model(v) for k, v in ds.attrs.items()}
             metadata = {k: attr_to_model(v) for k, v in group.attrs.items()}
@@ -294,24 +296,103 @@ def write_episodes(
     """Write ``main_data.hdf5`` at ``path`` from ``episodes`` (yielding each once written);
     ``root_attrs()`` (0.3/0.4: counts known only at the end) gives the file's attributes, written last."""
     h5py = h5py_module()
-    with h5py.File(path, "w", track_order=True) as f:
-        for episode in episodes:
-            group = f.create_group(f"episode_{episode.index}")
-            for empty in schema.attrs.get("empty_groups", []):
-                group.require_group("/".join(empty))
-            for key, value in flat_attrs(episode.metadata):
-                group.attrs[key] = attr_from_model(value)
-            dataset_attrs = episode.source.get("dataset_attrs", {}) if isinstance(episode.source, dict) else {}
-            for spec in schema.fields:
-                parent = group
-                for part in spec.source_path[:-1]:
-                    parent = parent.require_group(part)
-                ds = _write_leaf(parent, spec.source_path[-1], spec, episode.steps[spec.name], h5py)
-                for key, value in dataset_attrs.get("/".join(spec.source_path), {}).items():
-                    ds.attrs[key] = attr_from_model(value)
-            yield episode
-        for key, value in flat_attrs(root_attrs()):
-            f.attrs[key] = attr_from_model(value)
+    with open(path, "w+b", buffering=0) as raw:
+        sink = _KeepsWriteError(raw)
+        try:
+            with h5py.File(sink, "w", track_order=True) as f:
+                yield from _write_groups(f, schema, episodes, root_attrs, sink, h5py)
+        except Exception:
+            sink.raise_kept(str(path))  # a write error first: what followed came of it
+            raise
+        sink.raise_kept(str(path))
+
+
+def _write_groups(
+    f: Any, schema: Schema, episodes: Iterator[Episode], root_attrs: Callable[[], Mapping[str, Any]],
+    sink: _KeepsWriteError, h5py: Any,
+) -> Iterator[Episode]:
+    for episode in episodes:
+        group = f.create_group(f"episode_{episode.index}")
+        for empty in schema.attrs.get("empty_groups", []):
+            group.require_group("/".join(empty))
+        for key, value in flat_attrs(episode.metadata):
+            group.attrs[key] = attr_from_model(value)
+        dataset_attrs = episode.source.get("dataset_attrs", {}) if isinstance(episode.source, dict) else {}
+        for spec in schema.fields:
+            parent = group
+            for part in spec.source_path[:-1]:
+                parent = parent.require_group(part)
+            ds = _write_leaf(parent, spec.source_path[-1], spec, episode.steps[spec.name], h5py)
+            for key, value in dataset_attrs.get("/".join(spec.source_path), {}).items():
+                ds.attrs[key] = attr_from_model(value)
+        if sink.error is not None:
+            return  # the file is lost: stop writing (write_episodes raises the error)
+        yield episode
+    for key, value in flat_attrs(root_attrs()):
+        f.attrs[key] = attr_from_model(value)
+
+
+class _KeepsWriteError(io.RawIOBase):
+    """The file h5py writes through (its ``fileobj`` driver): the first write error (ENOSPC, EIO)
+    is kept and later writes are dropped, so HDF5 itself never sees a failed write. A failed write
+    inside HDF5 leaves its objects in a state where closing them crashes the process (``export
+    minari`` on a full disk died of SIGSEGV at exit); this way the file closes cleanly and the
+    error is raised after (``raise_kept``)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        self.error: OSError | None = None
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        end = os.fstat(self.raw.fileno()).st_size if whence == os.SEEK_END else 0
+        self.pos = offset + (self.pos if whence == os.SEEK_CUR else end)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = os.preadv(self.raw.fileno(), [buffer], self.pos)
+        self.pos += n
+        return n
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(self.raw.fileno(), view[done:], self.pos + done)
+            except OSError as e:
+                self.error = e
+        self.pos += len(view)
+        return len(view)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self.pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self.raw.fileno(), size)
+            except OSError as e:
+                self.error = e
+        return size
+
+    def flush(self) -> None:
+        pass
+
+    def raise_kept(self, path: str) -> None:
+        if self.error is not None:
+            raise StorageError(f"cannot write: {self.error.strerror or self.error}", path=path) from self.error
 
 
 def _write_leaf(parent: Any, name: str, spec: FieldSpec, values: Any, h5py: Any) -> Any:

@@ -105,6 +105,7 @@ def read_rlds_info(info_bytes: bytes, features_bytes: bytes, where: str = "") ->
     path = os.path.join(where, DATASET_INFO_JSON)
     try:
         info = json.loads(info_bytes)
+        _check_info_types(info, path)
         if info.get("fileFormat", "tfrecord") != "tfrecord":
             raise ConfigError(f"file format {info['fileFormat']!r}: only tfrecord is read", path=path)
         splits = tuple(
@@ -124,6 +125,25 @@ def read_rlds_info(info_bytes: bytes, features_bytes: bytes, where: str = "") ->
         raise ConfigError(f"invalid dataset_info.json: {e!r}", path=path) from e
     leaves = tuple(parse_features_json(features_bytes, os.path.join(where, FEATURES_JSON)))
     return RldsInfo(name, version, splits, leaves, info)
+
+
+def _check_info_types(info: Any, path: str) -> None:
+    """The JSON types of ``dataset_info.json``'s fields that shardstore reads; a wrong one is a
+    ``ConfigError`` naming the field (``splits[1].shardLengths``)."""
+    if not isinstance(info, dict):
+        raise ConfigError("must be a JSON object", path=path)
+    if not isinstance(info.get("name"), str):
+        raise ConfigError(f"must be a string, not {info.get('name')!r}", path=path, member="name")
+    if not isinstance(info.get("splits"), list):
+        raise ConfigError(f"must be a list, not {info.get('splits')!r}", path=path, member="splits")
+    for i, split in enumerate(info["splits"]):
+        if not isinstance(split, dict) or not isinstance(split.get("name"), str):
+            raise ConfigError("must be an object with a string name", path=path, member=f"splits[{i}]")
+        lengths = split.get("shardLengths", [])
+        if not isinstance(lengths, list) or not all(isinstance(n, str | int) and not isinstance(n, bool) for n in lengths):
+            raise ConfigError(f"must be a list of counts, not {lengths!r}", path=path, member=f"splits[{i}].shardLengths")
+        if not isinstance(split.get("filepathTemplate", ""), str):
+            raise ConfigError("must be a string", path=path, member=f"splits[{i}].filepathTemplate")
 
 
 def read_rlds(
@@ -395,14 +415,13 @@ def write_rlds(
     and ``episodes_per_shard`` records per shard. An ``out`` holding an RLDS folder is replaced only
     with ``force``; one holding anything else is refused (``ConfigError``).
     """
-    staged = StagedFolder(out, force=force, holds=_holds_rlds, what="an RLDS folder")
-    shards = _ShardSet(staged.path)
-    try:
-        return _write(stream, staged, shards, name, version, episodes_per_shard)
-    except BaseException:
-        shards.close()
-        staged.abort()
-        raise
+    with StagedFolder(out, force=force, holds=_holds_rlds, what="an RLDS folder") as staged:
+        shards = _ShardSet(staged.path)
+        try:
+            return _write(stream, staged, shards, name, version, episodes_per_shard)
+        except BaseException:
+            shards.discard()
+            raise
 
 
 def _write(
@@ -494,6 +513,16 @@ class _ShardSet:
     def close(self) -> None:
         if self.current is not None:
             self.current[1].close()
+            self.current = None
+
+    def discard(self) -> None:
+        """Close the open file after a failure, dropping what it buffers (on a full disk, writing
+        it out would fail again)."""
+        if self.current is not None:
+            try:
+                self.current[1].close()
+            except OSError:
+                pass
             self.current = None
 
     def finish(self, dataset: str, source_splits: tuple[RldsSplit, ...]) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ...episodes.model import FLAG_FIELDS, FieldSpec, Schema
-from ...errors import EpisodeFormatError
+from ...errors import EpisodeFormatError, from_library
 
 __all__ = ["STEPS", "Leaf", "LeafKind", "build_features_json", "leaf_to_field", "parse_features_json"]
 
@@ -90,7 +90,12 @@ def parse_features_json(text: str | bytes, path: str = "features.json") -> list[
     if not isinstance(root, dict) or "featuresDict" not in root:
         raise EpisodeFormatError("the root feature is not a FeaturesDict", path=path)
     leaves: list[Leaf] = []
-    _walk(root, (), leaves, path)
+    try:
+        _walk(root, (), leaves, path)
+    except (AttributeError, TypeError, KeyError, ValueError, RecursionError) as e:  # a node of the wrong JSON type
+        if isinstance(e, EpisodeFormatError):
+            raise
+        raise EpisodeFormatError(f"malformed feature tree: {from_library(e).detail}", path=path) from e
     if not any(leaf.in_steps for leaf in leaves):
         raise EpisodeFormatError("no 'steps' dataset: not an RLDS dataset", path=path)
     return leaves
