@@ -1200,7 +1200,7 @@ def format_check_options(fn: F) -> F:
                 click.echo(f"repaired: {action}", err=True)
         return fn(**kwargs)
 
-    fn = repaired_first  # type: ignore[assignment]
+    command: Any = repaired_first
     options = [
         click.option("--deep", is_flag=True, help="Also read every row, statistic and video packet (see docs/robotics.md)."),
         click.option("--progress/--no-progress", default=True, help="With --deep, a progress bar on stderr (only on a terminal)."),
@@ -1209,8 +1209,8 @@ def format_check_options(fn: F) -> F:
         json_option,
     ]
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        command = option(command)
+    return command
 
 
 @check_group.command("lerobot")

@@ -86,7 +86,8 @@ def _kill_at(args: list[object], stage: str, marker: Path, **env: str) -> None:
 
 
 def _siblings(out: Path) -> list[str]:
-    return sorted(p.name for p in out.parent.iterdir() if p.name != out.name)
+    """What is beside ``out`` but its export report (``OUT.report.json``, ``.txt``)."""
+    return sorted(p.name for p in out.parent.iterdir() if p.name != out.name and not p.name.startswith(f"{out.name}.report."))
 
 
 @pytest.fixture
