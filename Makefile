@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds test test-fast demo lint bench system-deps clean bench-quick bench-peers
+.PHONY: help venv energon6 tfds lerobot test test-fast demo lint bench system-deps clean bench-quick bench-peers
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -50,6 +50,30 @@ $(TFDS)/.installed: tests/convert/tfds-requirements.txt
 
 tfds: $(TFDS)/.installed
 
+# The real LeRobot in venvs of their own, for the tests that load shardstore's LeRobot outputs with
+# LeRobotDataset: lerobot 0.6.1 (v3.0; Python >= 3.12) and lerobot 0.3.3 (v2.1, the last release that
+# reads it). Each pins its own torch (CUDA wheels from PyPI: ~5 GB and ~6 GB, 5-10 min each here), numpy
+# and PyAV. shardstore[convert] is installed beside lerobot 0.6.1 (pip refuses if their pins conflict;
+# the tests run the checkout's code there through PYTHONPATH).
+PYTHON312 ?= $(shell for p in $$(command -v python3.12) $$HOME/.pyenv/versions/3.12*/bin/python; do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null && { echo "$$p"; break; }; done)
+LEROBOT ?= $(or $(SHARDSTORE_LEROBOT_VENV),.venv-lerobot)
+LEROBOT03 ?= $(or $(SHARDSTORE_LEROBOT03_VENV),.venv-lerobot03)
+$(LEROBOT)/.installed: tests/compat/lerobot-requirements.txt pyproject.toml
+	@test -n "$(PYTHON312)" || { echo "lerobot 0.6 needs Python 3.12: set PYTHON312"; exit 1; }
+	$(PYTHON312) -m venv $(LEROBOT)
+	$(LEROBOT)/bin/python -m pip install -q -r tests/compat/lerobot-requirements.txt
+	$(LEROBOT)/bin/python -m pip install -q -r tests/compat/lerobot-requirements.txt '.[convert]'
+	touch $@
+
+$(LEROBOT03)/.installed: tests/compat/lerobot03-requirements.txt
+	@test -n "$(PYTHON312)" || { echo "the LeRobot venvs need Python 3.12: set PYTHON312"; exit 1; }
+	$(PYTHON312) -m venv $(LEROBOT03)
+	$(LEROBOT03)/bin/python -m pip install -q -r tests/compat/lerobot03-requirements.txt
+	touch $@
+
+lerobot: $(LEROBOT)/.installed $(LEROBOT03)/.installed
+
 # System packages the tests need: FUSE 3 (for mount) and Ceph's monitor, OSD and radosgw (the
 # `rgw` S3 test server of tools/s3server.py, ~30 s to install). One apt-get for whatever is missing.
 RGW_PACKAGES := ceph-mon ceph-osd radosgw
@@ -62,7 +86,7 @@ system-deps:
 	  else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null) || \
 	    echo "warning: apt-get install$$need failed: tests that need them will skip (fail under CI=true)"; fi
 
-test: venv system-deps energon6 tfds
+test: venv system-deps energon6 tfds lerobot
 	$(PY) tools/s3server.py install
 	# A test that hits its time limit runs once more, a safety net kept after the two hangs seen under
 	# load were found and fixed (S3 PUTs waiting for a 100 Continue; multiprocessing.Pool.terminate in
@@ -105,4 +129,4 @@ $(RATARMOUNT_VENV)/.installed:
 bench-peers: $(WIDS_VENV)/.installed $(RATARMOUNT_VENV)/.installed
 
 clean:
-	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache
+	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(LEROBOT) $(LEROBOT03) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache

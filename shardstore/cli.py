@@ -1137,7 +1137,29 @@ def import_lerobot_command(
     "version",
     type=click.Choice(["2.1", "3.0", "v2.1", "v3.0"]),
     default=None,
-    help="LeRobot version to write (default: the version the dataset came from).",
+    help="LeRobot version to write (default: the version a LeRobot import came from, else 3.0).",
+)
+@click.option("--fps", type=float, default=None, help="Frame rate, for a dataset whose source states none.")
+@click.option("--task", default=None, help="The task of episodes that name none (LeRobot gives every frame one).")
+@click.option(
+    "--images",
+    type=click.Choice(["video", "image"]),
+    default="video",
+    show_default=True,
+    help="Image fields of another format as LeRobot video features (encoded) or image features (PNG).",
+)
+@click.option(
+    "--video-codec",
+    type=click.Choice(["av1", "h264", "hevc"]),
+    default="av1",
+    show_default=True,
+    help="Codec of image fields encoded as video (av1: what LeRobot's recorder writes).",
+)
+@click.option(
+    "--final-observation",
+    type=click.Choice(["keep", "drop"]),
+    default=None,
+    help="Minari's observation after the last action: one more frame (restored on import) or dropped.",
 )
 @click.option("--force", is_flag=True, help="Replace a LeRobot dataset already at OUT.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar by episodes (only on a terminal).")
@@ -1146,27 +1168,42 @@ def import_lerobot_command(
 @json_option
 @handle_errors
 def export_lerobot_command(
-    dataset: str, out: str, version: str | None, force: bool, progress: bool, storage_options: dict[str, Any] | None,
-    quiet: bool, as_json: bool,
+    dataset: str,
+    out: str,
+    version: str | None,
+    fps: float | None,
+    task: str | None,
+    images: str,
+    video_codec: str,
+    final_observation: str | None,
+    force: bool,
+    progress: bool,
+    storage_options: dict[str, Any] | None,
+    quiet: bool,
+    as_json: bool,
 ) -> None:
     """Export an episode dataset to a LeRobot dataset at OUT (v2.1 or v3.0).
 
     Parquet files with the source's schema, the source's metadata files (rewritten only where the
     version or the episodes changed), the mp4s copied, cut or joined at keyframes (re-encoded with
-    the source codec only where the GOP does not allow it; the report lists those files).
+    the source codec only where the GOP does not allow it; the report lists those files). A dataset
+    from another format gets LeRobot's default columns, its tasks from its language fields or
+    --task, its fps or --fps, and its image fields as video (--images, --video-codec).
 
     \b
     Example:
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
+      shardstore export lerobot ./minari_ds ./my_lerobot --fps 30 --task "reach" --final-observation drop
     """
-    from .convert.lerobot import export_lerobot
+    from .convert.lerobot import WriteOptions, export_lerobot
     from .episodes.report import ConvertReport, folder_bytes
 
     with _episode_bar(progress and not quiet and not as_json and sys.stderr.isatty(), dataset, storage_options) as bar:
         raw, seconds = run_export(
             export_lerobot, dataset, out, version=version, force=force, storage_options=storage_options, progress=bar,
+            options=WriteOptions(fps, task, images, video_codec, final_observation),
         )
-    warnings = [f"re-encoded {path} (episode boundaries off keyframes)" for path in raw.reencoded]
+    warnings = [f"re-encoded {path} (frames decoded or from images, or episodes off keyframes)" for path in raw.reencoded]
     report = ConvertReport.of(
         raw, action="export", fmt="lerobot", source=dataset, seconds=seconds, bytes=folder_bytes(raw.out), warnings=warnings,
     )

@@ -213,5 +213,7 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
 
 def chw_float(frames: np.ndarray) -> torch.Tensor:
     """HWC (or THWC) uint8 frames as a float32 tensor in [0, 1], CHW (or TCHW), as LeRobot's."""
-    t = torch.from_numpy(np.ascontiguousarray(frames))
-    return t.movedim(-1, -3).to(torch.float32).div_(255)
+    arr = np.ascontiguousarray(frames)
+    if not arr.flags.writeable:  # a decoder's kept frame: torch warns on read-only memory
+        arr = arr.copy()
+    return torch.from_numpy(arr).movedim(-1, -3).to(torch.float32).div_(255)

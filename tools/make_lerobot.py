@@ -242,7 +242,7 @@ def make_lerobot(
     else:
         info.update(
             data_files_size_in_mb=100,
-            video_files_size_in_mb=500,
+            video_files_size_in_mb=200,
             data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
             video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
         )

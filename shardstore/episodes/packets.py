@@ -56,6 +56,26 @@ THREADS = int(os.environ.get("SHARDSTORE_VIDEO_THREADS", "1"))
 #: Threads of the RGB conversion: FFmpeg's default (automatic) costs 3x the CPU time of one thread
 #: for a 224x224 frame (0.07 against 0.02 ms measured), more on a loaded machine; the pixels are the same.
 RGB_THREADS = 1
+
+
+def rgb24(reformatter: Any, frame: Any) -> np.ndarray:
+    """``frame`` as an RGB uint8 array, on ``RGB_THREADS`` threads where PyAV takes a thread count
+    (16 and later); PyAV 15, which lerobot 0.6 pins (``av<16``), has no ``threads`` argument."""
+    if _REFORMAT_THREADS:
+        return reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
+    return reformatter.reformat(frame, format="rgb24").to_ndarray()
+
+
+def _takes_threads() -> bool:
+    try:
+        import av
+    except ImportError:
+        return False
+    return int(str(av.__version__).split(".")[0]) >= 16
+
+
+_REFORMAT_THREADS = _takes_threads()
+
 #: Decoded frames kept (a window asked again, padding rows repeating a frame, decode once).
 FRAMES_KEPT = 32
 
@@ -407,7 +427,7 @@ class PacketReader:
         for i in todo:
             try:
                 frame = decoder.to(name, index, i, packet, i == todo[-1])
-                got[i] = reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
+                got[i] = rgb24(reformatter, frame)
             except self.av.error.FFmpegError as e:
                 decoder.file = None  # in an unknown state: flushed before its next use
                 raise DecodeError(f"frame {i}: {e}", path=name) from e

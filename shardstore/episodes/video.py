@@ -38,13 +38,13 @@ import numpy as np
 from ..errors import DecodeError, MissingExtraError
 from ..storage import Storage
 from .packets import (
-    RGB_THREADS,
     THREADS,
     PacketIndex,
     PacketReader,
     PacketSource,
     index_packets,
     load_packets,
+    rgb24,
 )
 
 __all__ = [
@@ -276,7 +276,7 @@ class _OpenVideo:
                     continue
                 if abs(pts - target) > half:
                     break  # past the frame: no frame at this time, or landed after it
-                arr = self.reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
+                arr = rgb24(self.reformatter, frame)
                 self.frames[pts] = arr
                 if len(self.frames) > FRAMES_KEPT:
                     self.frames.popitem(last=False)

@@ -14,5 +14,6 @@ from .api import (
     write_lerobot,
 )
 from .check import CheckReport, Problem, check_lerobot, check_meta
+from .write import WriteOptions, WriteReport
 
-__all__ = ['delta_window', 'read_lerobot', 'write_lerobot', 'check', 'import_lerobot', 'export_lerobot', 'FramesMode', 'ImportReport', 'LeRobotPart', 'Problem', 'CheckReport', 'check_meta', 'check_lerobot']
+__all__ = ['WriteOptions', 'WriteReport', 'delta_window', 'read_lerobot', 'write_lerobot', 'check', 'import_lerobot', 'export_lerobot', 'FramesMode', 'ImportReport', 'LeRobotPart', 'Problem', 'CheckReport', 'check_meta', 'check_lerobot']

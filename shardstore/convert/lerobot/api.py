@@ -38,7 +38,7 @@ from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
 from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
-from .write import WriteReport, write_lerobot
+from .write import WriteOptions, WriteReport, write_lerobot
 
 __all__ = [
     "delta_window",
@@ -53,8 +53,6 @@ __all__ = [
 ]
 
 FramesMode = Literal["jpg", "png", "npy"]
-#: Columns every LeRobot parquet has besides the features' own.
-INDEX_COLUMNS = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 
 def check(src: str, *, storage_options: dict[str, Any] | None = None) -> CheckReport:
@@ -167,6 +165,8 @@ def _schema(meta: LeRobotMeta, arrow_schema: Any, frames: FramesMode | None) -> 
             step_shape = tuple(shape[i] if d < 0 else d for i, d in enumerate(dims)) if dims else ()
             np_dtype = np.dtype(t.to_pandas_dtype()).str
             fields.append(FieldSpec(key, "array", np_dtype, step_shape, attrs=attrs))
+        if feat.get("rows") == "steps+1":  # a final observation kept by shardstore's writer
+            fields[-1] = replace(fields[-1], rows="steps+1")
     attrs = {
         "fps": meta.fps,
         "tasks": list(meta.tasks),
@@ -262,6 +262,8 @@ def _episode(
             except ValueError as e:
                 raise LeRobotFormatError(str(e), path=storage.url(entry.data_file), member=where, noun="") from e
             steps[f.name] = arr.astype(np.dtype(f.dtype), copy=False)
+    if any(f.rows == "steps+1" for f in schema.fields):  # the last frame holds only the final observation
+        steps.update({f.name: steps[f.name][: n - 1] for f in schema.fields if f.rows == "steps"})
     metadata: dict[str, Any] = {"tasks": entry.tasks, "length": n, "source_row": _plain(entry.row)}
     if entry.stats:
         metadata["stats"] = entry.stats
@@ -413,14 +415,16 @@ def export_lerobot(
     progress: Callable[[int], None] | None = None,
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
+    options: WriteOptions | None = None,
 ) -> WriteReport:
     """Export an episode dataset imported from LeRobot (or any episode dataset) to LeRobot ``version``
-    (default: the version it came from) at ``out``, replacing a LeRobot dataset there only with
-    ``force``; see ``write_lerobot``."""
+    (default: the version a LeRobot import came from, else v3.0) at ``out``, replacing a LeRobot
+    dataset there only with ``force``; ``options`` are what a dataset from another format needs
+    (``WriteOptions``); see ``write_lerobot``."""
     from ...episodes import episodes
 
     view = episodes(dataset, storage_options=storage_options)
-    return write_lerobot(view.stream(), out, version=version, progress=progress, force=force)
+    return write_lerobot(view.stream(), out, version=version, progress=progress, force=force, options=options)
 
 
 def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[float]]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from ...episodes.problems import FormatReport, Problem
 from ...errors import DecodeError, LeRobotFormatError, ShardstoreError
 from ...storage import Storage
 from .meta import (
+    DEFAULT_COLUMNS,
     TEMPLATE_FIELDS,
     LeRobotMeta,
     load_meta,
@@ -128,8 +129,21 @@ def _check_features(meta: LeRobotMeta, report: CheckReport, info_file: str) -> N
                 f"video feature {key!r} is not under observation.images.*",
                 file=info_file,
             )
+    report.checks.append("default_features")
+    for name, dtype in DEFAULT_COLUMNS.items():
+        feature = meta.features.get(name)
+        if not isinstance(feature, dict) or feature.get("dtype") != dtype:
+            report.add(
+                "error",
+                "default_features",
+                f"no {dtype} feature {name!r}: LeRobot's loader needs its default features "
+                f"({', '.join(DEFAULT_COLUMNS)})",
+                file=info_file,
+            )
     known = set(meta.tasks)
     report.checks.append("tasks")
+    if meta.episodes and not meta.tasks:
+        report.add("error", "tasks", "the tasks table is empty: LeRobot gives every frame a task", file=info_file)
     for e in meta.episodes:
         for t in e.tasks:
             if t not in known:

@@ -33,6 +33,7 @@ from ...storage import Storage
 __all__ = [
     "parquet_file",
     "VERSIONS",
+    "DEFAULT_COLUMNS",
     "EpisodeEntry",
     "LeRobotMeta",
     "load_meta",
@@ -41,9 +42,19 @@ __all__ = [
     "flatten_stats",
     "unflatten_stats",
     "parquet_errors",
+    "tasks_table",
 ]
 
 VERSIONS = ("v2.1", "v3.0")
+#: The features LeRobot adds to every dataset (``DEFAULT_FEATURES``) and their dtypes: its loader
+#: needs their columns (``episode_index`` to find episodes, ``task_index`` for the task, ...).
+DEFAULT_COLUMNS = {
+    "timestamp": "float32",
+    "frame_index": "int64",
+    "episode_index": "int64",
+    "index": "int64",
+    "task_index": "int64",
+}
 INFO = "meta/info.json"
 #: Columns of v3.0's episodes table that say where an episode lies; recomputed on export.
 V3_LOCATION = ("data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index")

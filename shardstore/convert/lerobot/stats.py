@@ -17,6 +17,10 @@ tests/convert/test_lerobot_deep.py against datasets its own writer made):
   mean, the parallel-variance std, the summed count, and each quantile as the **count-weighted mean of
   the episodes' quantiles** (LeRobot's own rule: not the data's quantile, so not checked as one).
 
+An export (``episode_stats``) keeps the source's stats where they count the episode's rows and
+computes what they lack (a v2.1 source's quantiles, every stat of another format's episodes) by
+these rules, from the values or the sampled frames (decoded, for videos).
+
 A video's frames are not decoded by the check: LeRobot computes their statistics from the frames it
 was handed, before lossy encoding, so decoded frames cannot reproduce them. Their per-episode
 stats are checked for shape, count and order (``min <= q01 <= ... <= max``), and the dataset's
@@ -31,18 +35,21 @@ value to the next bin); ``count`` exactly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
     "QUANTILES",
+    "BASE_STATS",
     "BINS",
     "TOLERANCE",
+    "episode_stats",
     "vector_stats",
     "image_stats",
     "sample_indices",
     "merge",
+    "merge_features",
     "compare",
     "ordered",
     "outside",
@@ -50,6 +57,8 @@ __all__ = [
 
 Stats = dict[str, np.ndarray]
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+#: What lerobot 0.3 (v2.1) writes per feature; lerobot 0.6 adds the quantiles.
+BASE_STATS = ("min", "max", "mean", "std", "count")
 BINS = 5000
 #: Per statistic: (relative to the feature's largest magnitude, histogram bins of slack).
 TOLERANCE = {"min": (1e-5, 0), "max": (1e-5, 0), "mean": (1e-5, 0), "std": (1e-3, 0)} | {
@@ -72,6 +81,37 @@ def image_stats(frames: Sequence[np.ndarray]) -> Stats:
     x = np.stack(chw).transpose(0, 2, 3, 1).reshape(-1, chw[0].shape[0])
     out = _stats(x.astype(np.float32), len(chw))
     return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
+
+
+def episode_stats(
+    source: Mapping[str, Mapping[str, np.ndarray]],
+    values: Mapping[str, Callable[[], np.ndarray]],
+    pictures: Collection[str],
+    rows: int,
+    quantiles: bool = True,
+) -> dict[str, Stats]:
+    """An episode's stats for an export: the source's per feature, completed where the source lacks
+    a stat, or recomputed where it counted other rows, from ``values`` (per feature, asked for only
+    then: the ``rows`` numeric values, or for the ``pictures`` features the frames at
+    ``sample_indices(rows)``, HWC uint8). A source with stats keeps its choice of features (one
+    without gets every feature's). ``quantiles=False`` (v2.1) computes ``BASE_STATS`` only; a
+    source's quantiles are kept either way. Values are floats as LeRobot writes them (lerobot 0.3's
+    JSON has ints for int features' min and max, which as int64 columns would not concatenate with
+    an episode that lerobot 0.6 appends)."""
+    wanted = (*BASE_STATS, *QUANTILES) if quantiles else BASE_STATS
+    out: dict[str, Stats] = {}
+    for name in source or values:
+        kept = {k: np.asarray(v, None if k == "count" else np.float64) for k, v in (source.get(name) or {}).items()}
+        expect = len(sample_indices(rows)) if name in pictures else rows
+        counted = "count" in kept and int(kept["count"].ravel()[0]) == expect
+        have = kept
+        if name in values and rows and (not counted or any(k not in kept for k in wanted)):
+            got = values[name]()
+            fresh = image_stats(list(got)) if name in pictures else vector_stats(got)
+            have = {**fresh, **kept} if counted else fresh
+        if have:
+            out[name] = {k: v for k, v in have.items() if k in wanted or k in kept}
+    return out
 
 
 def sample_indices(n: int) -> list[int]:
@@ -129,6 +169,17 @@ def _quantiles(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
         left, right = edges[at, cols], edges[np.minimum(at + 1, BINS), cols]
         value = left + (target - before) / inside * (right - left)
         out[name] = np.where(at == 0, edges[0], value).astype(np.float64)
+    return out
+
+
+def merge_features(episodes: Sequence[Mapping[str, Mapping[str, np.ndarray]]]) -> dict[str, Stats]:
+    """``stats.json`` from the episodes' stats: ``merge`` per feature, over the episodes that have
+    its five base stats."""
+    out = {}
+    for key in sorted({k for s in episodes for k in s}):
+        parts = [s[key] for s in episodes if key in s and all(x in s[key] for x in BASE_STATS)]
+        if parts:
+            out[key] = merge(parts)
     return out
 
 

@@ -24,6 +24,7 @@ killed export leaves is removed by the next export to ``out``.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ...episodes.model import Episode, EpisodeStream, Schema
+from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
 from ...episodes.mp4 import (
     ENCODERS,
     REENCODE_GOP,
@@ -49,12 +50,13 @@ from ...episodes.mp4 import (
 )
 from ...episodes.names import safe_relpath
 from ...episodes.staging import StagedFolder
-from ...episodes.video import VideoRef, import_av, scheduling_kept
+from ...episodes.tasks import episode_tasks, step_tasks, task_table
+from ...episodes.video import FrameDecoder, VideoRef, import_av, scheduling_kept
 from ...errors import LeRobotFormatError, library_errors
-from .meta import VERSIONS, flatten_stats, import_arrow, tasks_table
-from .stats import merge, vector_stats
+from .meta import DEFAULT_COLUMNS, VERSIONS, column_numpy, flatten_stats, import_arrow, tasks_table
+from .stats import episode_stats, merge_features, sample_indices, vector_stats
 
-__all__ = ["WriteReport", "write_lerobot"]
+__all__ = ["WriteReport", "WriteOptions", "write_lerobot"]
 
 V21_PATHS = (
     "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
@@ -65,6 +67,37 @@ V30_PATHS = (
     "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
 )
 V30_EPISODES = "meta/episodes/chunk-000/file-000.parquet"
+#: The columns LeRobot adds to every dataset (``DEFAULT_FEATURES``), written for every output: a
+#: source without them gets them derived (time from the fps, numbers, the task's index).
+DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
+    name: {"dtype": dtype, "shape": [1], "names": None} for name, dtype in DEFAULT_COLUMNS.items()
+}
+#: What lerobot 0.6 encodes cameras with (``VideoEncoderConfig``): SVT-AV1, a keyframe every
+#: 2 frames, CRF 30, preset 12, yuv420p.
+LEROBOT_CODEC = "av1"
+VIDEO_SETTINGS = {"av1": {"g": "2", "crf": "30", "preset": "12"}}
+#: ``info.json``'s file size limits as lerobot 0.6 writes them (``DEFAULT_*_FILE_SIZE_IN_MB``).
+DATA_FILES_MB, VIDEO_FILES_MB = 100, 200
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """The choices a source from another format needs (a LeRobot source needs none of them).
+
+    ``fps``: the frame rate where the source states none (required then: LeRobot's timestamps
+    come from it). ``task``: the task of episodes that name none (LeRobot gives every frame a
+    task). ``images``: image fields (encoded images or uint8 ``(H, W, C)`` arrays) written as
+    LeRobot ``video`` features (``"video"``, encoded with ``video_codec``, every frame at its
+    timestamp) or ``image`` features (``"image"``, PNG). ``final_observation``: a ``steps+1``
+    field's last row (Minari's observation after the last action) is dropped (``"drop"``) or
+    kept as one more frame (``"keep"``: the other fields repeat their last row there, and
+    ``info.json`` marks the fields so that reading it back restores the episode)."""
+
+    fps: float | None = None
+    task: str | None = None
+    images: str = "video"
+    video_codec: str = LEROBOT_CODEC
+    final_observation: str | None = None
 
 
 @dataclass(slots=True)
@@ -93,16 +126,24 @@ class _Pending:
 
 
 class _Writer:
-    def __init__(self, stream: EpisodeStream, stage: str, version: str, report: WriteReport) -> None:
+    def __init__(
+        self, stream: EpisodeStream, stage: str, version: str, report: WriteReport, options: WriteOptions
+    ) -> None:
         self.stream, self.stage, self.version, self.report = stream, stage, version, report
+        self.options = options
         self.schema: Schema = stream.schema
         files = stream.source_files
         self.info: dict[str, Any] = json.loads(files["meta/info.json"]) if "meta/info.json" in files else {}
-        self.fps = float(self.schema.attrs.get("fps") or self.info.get("fps") or 30)
+        self.fps = _fps(self.schema, self.info, options.fps)
         self.chunks_size = int(self.info.get("chunks_size") or 1000)
-        self.features: dict[str, Any] = self.info.get("features") or _features_of(self.schema)
+        self.final = _final_observation(self.schema, options.final_observation)
+        self.features: dict[str, Any] = self.info.get("features") or _features_of(
+            self.schema, options, self.fps, self.final == "keep"
+        )
         self.video_keys = [k for k, f in self.features.items() if f.get("dtype") == "video"]
-        self.arrow_schema = _arrow_schema(self.schema)
+        self.arrow_schema = _arrow_schema(self.schema, self.features, version)
+        self.task_ids: dict[str, int] = {t: i for i, t in enumerate(task_table(self.schema))}
+        self.decoder: FrameDecoder | None = None  # for the stats of cameras whose source has none
         self.probes: dict[str, VideoInfo] = {}
         self.encoded: set[str] = set()  # clips made from decoded frames (import --frames)
         self.rows: list[dict[str, Any]] = []  # per episode: index, tasks, length, stats, location
@@ -112,19 +153,41 @@ class _Writer:
         self.limit = float(self.info.get("data_files_size_in_mb") or 100) * 1e6
         # every row of each value field, for the dataset's exact stats (quantiles need them all)
         self.values: dict[str, list[np.ndarray]] = (
-            {name: [] for name in _value_fields(self.schema)} if version == "v3.0" else {}
+            {
+                name: []
+                for name in _value_fields(self.schema)
+                if self.features.get(name, {}).get("dtype") not in (None, "video", "image")
+            }
+            if version == "v3.0"
+            else {}
         )
 
     # ----- per episode ---------------------------------------------------------------------------
     def add(self, episode: Episode) -> None:
         n = episode.validate(self.schema)
         episode = _renumbered(episode, self.report.episodes, self.next_index, n)
-        table = self._table(episode, n)
-        stats = _stats(episode, self.schema, n)
+        if self.final:
+            n = self._with_final_observation(episode, n)
+        tasks = self._tasks(episode, n)
+        table = self._table(episode, n, tasks)
+        self._learn_shapes(episode)
+        values: dict[str, Callable[[], np.ndarray]] = {}
+        for name, feat in self.features.items():
+            if feat.get("dtype") in ("video", "image") and name in episode.steps:
+                sampled = [episode.steps[name][i] for i in sample_indices(n)]
+                values[name] = functools.partial(self._frames, sampled)
+            elif name in table.column_names:
+                values[name] = functools.partial(column_numpy, table.column(name), n)
+        pictures = [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
+        stats = episode_stats(
+            episode.metadata.get("stats") or {}, values, pictures, n, quantiles=self.version != "v2.1"
+        )
         for name, kept in self.values.items():
-            kept.append(np.asarray(episode.steps[name])[:n])
+            if name in table.column_names:
+                kept.append(column_numpy(table.column(name), n))
         meta = episode.metadata
-        row = {"episode_index": episode.index, "tasks": list(meta.get("tasks", [])), "length": n}
+        listed = episode_tasks(self.schema, episode)  # the source's order where it has one
+        row = {"episode_index": episode.index, "tasks": list(dict.fromkeys(listed + tasks)), "length": n}
         row.update({k: v for k, v in (meta.get("source_row") or {}).items() if k not in row and "/" not in k})
         record = {"row": row, "stats": stats, "from": self.next_index, "source": meta.get("source_row") or {}}
         self.next_index += n
@@ -136,12 +199,75 @@ class _Writer:
             self._buffer_v30(episode, table, n, record)
         self.rows.append(record)
 
-    def _table(self, episode: Episode, n: int) -> Any:
+    def _with_final_observation(self, episode: Episode, n: int) -> int:
+        """The episode with its ``steps+1`` fields' last row dropped, or kept as one more frame
+        (the ``steps`` fields repeat their last row there; time and row numbers are derived anew);
+        its new length."""
+        keep = self.final == "keep"
+        for f in self.schema.fields:
+            values = episode.steps[f.name]
+            if keep and f.name in ("timestamp", "frame_index", "index"):
+                del episode.steps[f.name]
+            elif f.rows == "steps+1" and not keep:
+                episode.steps[f.name] = values[:n]
+            elif f.rows == "steps" and keep and n:
+                episode.steps[f.name] = (
+                    np.concatenate([values, values[-1:]])
+                    if isinstance(values, np.ndarray)
+                    else [*values, values[-1]]
+                )
+        return n + 1 if keep else n
+
+    def _frames(self, values: Any) -> np.ndarray:
+        """A camera's or image field's frames as ``(rows, H, W, 3)`` uint8 (videos decoded)."""
+        if len(values) and isinstance(values[0], VideoRef):
+            if self.decoder is None:
+                self.decoder = FrameDecoder(lambda name: self.stream.video_files[name]())
+            return np.stack(self.decoder.frames(list(values)))
+        return np.stack([_picture(v) for v in values])
+
+    def _learn_shapes(self, episode: Episode) -> None:
+        """The ``(H, W, C)`` of image and video features whose source did not state it (encoded
+        images), from the episode's first frame; a video feature's ``info`` with it."""
+        for name, feat in self.features.items():
+            values = episode.steps.get(name)
+            if (
+                feat.get("dtype") not in ("video", "image")
+                or feat.get("shape")
+                or values is None
+                or not len(values)
+            ):
+                continue
+            shape = list(_picture(values[0]).shape)
+            feat["shape"] = shape
+            if "info" in feat:
+                feat["info"].update(
+                    {"video.height": shape[0], "video.width": shape[1], "video.channels": shape[2]}
+                )
+
+    def _tasks(self, episode: Episode, n: int) -> list[str]:
+        """Each frame's task (the hub's convention, ``episodes.tasks``), numbered in order of first use."""
+        tasks = step_tasks(self.schema, episode)
+        if tasks is None or (not tasks and n):
+            if self.options.task is None:
+                raise LeRobotFormatError(
+                    "the episode has no task (LeRobot gives every frame one): name it with --task",
+                    member=f"episode {episode.index}",
+                )
+            tasks = [self.options.task] * n
+        tasks = (tasks + tasks[-1:] * n)[:n]  # the frame a kept final observation adds
+        for t in episode_tasks(self.schema, episode) + tasks:
+            self.task_ids.setdefault(t, len(self.task_ids))
+        return tasks
+
+    def _table(self, episode: Episode, n: int, tasks: list[str]) -> Any:
         import pyarrow as pa
 
         cols = []
         for f in self.arrow_schema:
             values = episode.steps.get(f.name)
+            if values is None and f.name in DEFAULT_FEATURES:
+                values = self._default_column(f.name, episode, n, tasks)
             if values is None:
                 raise LeRobotFormatError(
                     "no values for the parquet column", member=f"episode {episode.index}, field {f.name!r}", noun=""
@@ -150,7 +276,7 @@ class _Writer:
                 paths = (episode.metadata.get("image_paths") or {}).get(f.name) or [None] * n
                 cols.append(
                     pa.array(
-                        [{"bytes": bytes(b), "path": p} for b, p in zip(values, paths, strict=True)], f.type
+                        [{"bytes": _png(b), "path": p} for b, p in zip(values, paths, strict=True)], f.type
                     )
                 )
             else:
@@ -162,6 +288,19 @@ class _Writer:
                     member=f"episode {episode.index}, field {f.name!r}",
                 )
         return pa.Table.from_arrays(cols, schema=self.arrow_schema)
+
+    def _default_column(self, name: str, episode: Episode, n: int, tasks: list[str]) -> np.ndarray:
+        """One of LeRobot's default columns for a source that has not got it."""
+        frames = np.arange(n, dtype=np.int64)
+        if name == "timestamp":
+            return (frames / self.fps).astype(np.float32)
+        if name == "frame_index":
+            return frames
+        if name == "episode_index":
+            return np.full(n, episode.index, np.int64)
+        if name == "index":
+            return self.next_index + frames
+        return np.array([self.task_ids[t] for t in tasks], np.int64)
 
     def _write_v21(self, episode: Episode, table: Any, n: int) -> None:
         pq = import_arrow()
@@ -294,9 +433,7 @@ class _Writer:
                     f.write(data)
             self.report.metadata = "source"
             return
-        tasks = list(
-            self.schema.attrs.get("tasks") or sorted({t for r in self.rows for t in r["row"]["tasks"]})
-        )
+        tasks = list(self.task_ids)
         (self._meta_v21 if self.version == "v2.1" else self._meta_v30)(tasks)
         if "README.md" in files:
             with open(self._out("README.md"), "wb") as f:
@@ -325,7 +462,8 @@ class _Writer:
         return True
 
     def _info(self, tasks: list[str]) -> dict[str, Any]:
-        info = dict(self.info) or {"robot_type": None, "fps": self.fps, "chunks_size": self.chunks_size}
+        fps = int(self.fps) if float(self.fps).is_integer() else self.fps
+        info = dict(self.info) or {"robot_type": None, "fps": fps, "chunks_size": self.chunks_size}
         info.update(
             codebase_version=self.version,
             total_episodes=len(self.rows),
@@ -349,8 +487,8 @@ class _Writer:
         else:
             for k in ("total_chunks", "total_videos"):
                 info.pop(k, None)
-            info.setdefault("data_files_size_in_mb", 100)
-            info.setdefault("video_files_size_in_mb", 500)
+            info.setdefault("data_files_size_in_mb", DATA_FILES_MB)
+            info.setdefault("video_files_size_in_mb", VIDEO_FILES_MB)
         return _ordered(info, self.info)
 
     def _meta_v21(self, tasks: list[str]) -> None:
@@ -384,7 +522,7 @@ class _Writer:
             rows.append(row)
         pq.write_table(pa.Table.from_pylist(rows), self._out(V30_EPISODES))
         pq.write_table(tasks_table(tasks), self._out("meta/tasks.parquet"))
-        stats = _merged([r["stats"] for r in self.rows])  # image and video features: LeRobot's merge
+        stats = merge_features([r["stats"] for r in self.rows])  # image and video features: LeRobot's merge
         kept = {k for r in self.rows for k in r["stats"]}  # the features the episodes keep stats of
         stats.update({k: vector_stats(np.concatenate(v)) for k, v in self.values.items() if k in kept and v})
         self._json("meta/stats.json", _listed(stats))
@@ -414,23 +552,31 @@ def write_lerobot(
     version: str | None = None,
     progress: Callable[[int], None] | None = None,
     force: bool = False,
+    options: WriteOptions | None = None,
 ) -> WriteReport:
     """Write ``stream`` as a LeRobot dataset at ``out`` (a local folder: new, empty, or with
     ``force`` holding a LeRobot dataset to replace), staged beside it and swapped into place
     (``episodes.staging``).
 
-    ``version`` is ``"v2.1"`` or ``"v3.0"`` (``"2.1"``/``"3.0"`` too); by default the version the
-    stream came from, else v3.0. ``progress(n)`` is called after each episode.
+    ``version`` is ``"v2.1"`` or ``"v3.0"`` (``"2.1"``/``"3.0"`` too); by default the version a
+    LeRobot stream came from, else v3.0. ``options``: what a stream from another format needs
+    (``WriteOptions``: fps, task, images, video codec, the final observation). ``progress(n)`` is
+    called after each episode.
     """
-    version = _version(version or stream.schema.source_version or "v3.0")
+    lerobot = stream.schema.source_format == "lerobot"
+    version = _version(version or (stream.schema.source_version if lerobot else "") or "v3.0")
     with StagedFolder(out, force=force, holds=_holds_lerobot, what="a LeRobot dataset") as staged:
         report = WriteReport(staged.out, version)
-        writer = _Writer(stream, staged.path, version, report)
-        for i, episode in enumerate(stream.episodes, 1):
-            writer.add(episode)
-            if progress is not None:
-                progress(i)
-        writer.finish()
+        writer = _Writer(stream, staged.path, version, report, options or WriteOptions())
+        try:
+            for i, episode in enumerate(stream.episodes, 1):
+                writer.add(episode)
+                if progress is not None:
+                    progress(i)
+            writer.finish()
+        finally:
+            if writer.decoder is not None:
+                writer.decoder.close()
         staged.commit()
     return report
 
@@ -472,46 +618,142 @@ def _version(v: str) -> str:
 
 
 # ----- helpers -------------------------------------------------------------------------------------
-def _arrow_schema(schema: Schema) -> Any:
-    """The source's parquet schema, or one made from the fields (a stream from another format)."""
+def _fps(schema: Schema, info: Mapping[str, Any], given: float | None) -> float:
+    """The source's frame rate, else the one given; never a guess (LeRobot's timestamps are
+    ``frame / fps``)."""
+    have = schema.attrs.get("fps") or info.get("fps")
+    if have and given and float(have) != float(given):
+        raise LeRobotFormatError(f"the source's fps is {have}, not {given}: leave out --fps")
+    fps = float(have or given or 0)
+    if fps <= 0:
+        raise LeRobotFormatError("the source states no frame rate: give it with --fps")
+    return fps
+
+
+def _final_observation(schema: Schema, choice: str | None) -> str | None:
+    """``keep`` or ``drop`` for a stream with ``steps+1`` fields (Minari's final observation), None
+    for one without. The choice must have been made, except for a LeRobot source, which kept it."""
+    extra = [f.name for f in schema.fields if f.rows == "steps+1"]
+    if not extra:
+        return None
+    choice = choice or ("keep" if schema.source_format == "lerobot" else None)
+    if choice not in ("keep", "drop"):
+        raise LeRobotFormatError(
+            f"{', '.join(extra)} have one row more than the steps (the observation after the last "
+            "action): choose --final-observation keep or drop"
+        )
+    return choice
+
+
+def _is_picture(f: FieldSpec) -> bool:
+    """An image field: encoded images, or uint8 ``(H, W, 3)`` arrays."""
+    if f.kind == "media":
+        return True
+    return f.kind == "array" and np.dtype(f.dtype) == np.uint8 and len(f.shape) == 3 and f.shape[-1] == 3
+
+
+def _features_of(schema: Schema, options: WriteOptions, fps: float, extra: bool) -> dict[str, Any]:
+    """LeRobot ``features`` for a stream that brought no ``info.json``: cameras and image fields
+    as ``video`` (or ``image``), arrays with their dtype and shape (a scalar as ``[1]``), text
+    fields left to the tasks, and LeRobot's default columns."""
+    out: dict[str, Any] = {}
+    for f in schema.fields:
+        names = f.attrs.get("names")
+        shape = list(f.shape) if len(f.shape) == 3 else []
+        picture_names = names or ["height", "width", "channels"]
+        if f.kind == "video" or "video" in f.attrs or (_is_picture(f) and options.images == "video"):
+            codec = f.encoding if f.kind == "video" else options.video_codec
+            info: dict[str, Any] = {
+                "video.codec": codec or options.video_codec,
+                "video.pix_fmt": "yuv420p",
+                "video.fps": int(fps) if fps.is_integer() else fps,
+                "has_audio": False,
+            }
+            if shape:
+                info.update({"video.height": shape[0], "video.width": shape[1], "video.channels": shape[2]})
+            out[f.name] = {"dtype": "video", "shape": shape, "names": picture_names, "info": info}
+        elif _is_picture(f):
+            out[f.name] = {"dtype": "image", "shape": shape, "names": picture_names}
+        elif f.kind == "array":
+            out[f.name] = {"dtype": np.dtype(f.dtype).name, "shape": list(f.shape) or [1], "names": names}
+        else:
+            continue
+        if extra and f.rows == "steps+1":
+            out[f.name]["rows"] = "steps+1"
+    out.update({k: dict(v) for k, v in DEFAULT_FEATURES.items() if k not in out})
+    return out
+
+
+def _arrow_schema(schema: Schema, features: Mapping[str, Any], version: str) -> Any:
+    """The source's parquet schema (its ``huggingface`` features in the form the version's
+    ``datasets`` reads), or one made from the features (a stream from another format)."""
     import pyarrow as pa
 
     data = schema.attrs.get("arrow_schema")
     if data:
-        return pa.ipc.read_schema(pa.py_buffer(data))
+        arrow = pa.ipc.read_schema(pa.py_buffer(data))
+        hf = (arrow.metadata or {}).get(b"huggingface")
+        if hf and version == "v2.1":  # lerobot 0.3 pins datasets < 4, which has no "List"
+            arrow = arrow.with_metadata(
+                {**arrow.metadata, b"huggingface": _datasets3(json.loads(hf)).encode()}
+            )
+        return arrow
     fields = []
-    for f in schema.fields:
-        if f.kind == "array" and "video" not in f.attrs:
-            t = pa.from_numpy_dtype(np.dtype(f.dtype))
-            for n in reversed(f.shape):
-                t = pa.list_(t, n)
-            fields.append(pa.field(f.name, t))
-        elif f.kind == "media" and "video" not in f.attrs:
-            fields.append(pa.field(f.name, pa.struct([("bytes", pa.binary()), ("path", pa.string())])))
-    return pa.schema(fields)
+    for name, feat in features.items():
+        if feat["dtype"] == "video":
+            continue
+        if feat["dtype"] == "image":
+            fields.append(pa.field(name, pa.struct([("bytes", pa.binary()), ("path", pa.string())])))
+            continue
+        t = pa.from_numpy_dtype(np.dtype(feat["dtype"]))
+        shape = list(feat["shape"])
+        for n in reversed(shape if shape != [1] else []):
+            t = pa.list_(t, n)
+        fields.append(pa.field(name, t))
+    return pa.schema(fields).with_metadata({b"huggingface": _hf_features(features, version).encode()})
 
 
-def _features_of(schema: Schema) -> dict[str, Any]:
-    """LeRobot ``features`` for a stream that brought no ``info.json``."""
+def _hf_features(features: Mapping[str, Any], version: str) -> str:
+    """The ``huggingface`` schema metadata LeRobot's writer leaves in its parquet files (lerobot 0.3
+    reads the columns' types from it: without it an image column is a dict, not an image): images
+    ``Image``, a shape ``[1]`` a ``Value``, vectors and arrays nested fixed-length lists, named
+    ``List`` (datasets 4, v3.0) or ``Sequence`` (datasets 3, v2.1)."""
+    seq = "Sequence" if version == "v2.1" else "List"
     out: dict[str, Any] = {}
-    for f in schema.fields:
-        names = f.attrs.get("names")
-        if f.kind == "video" or "video" in f.attrs:
-            out[f.name] = {
-                "dtype": "video",
-                "shape": list(f.shape),
-                "names": names or ["height", "width", "channels"],
-                "info": {"video.codec": f.encoding or f.attrs.get("video") or "h264"},
-            }
-        elif f.kind == "media":
-            out[f.name] = {"dtype": "image", "shape": list(f.shape), "names": names}
-        elif f.kind == "array":
-            out[f.name] = {"dtype": np.dtype(f.dtype).name, "shape": list(f.shape) or [1], "names": names}
-    return out
+    for name, feat in features.items():
+        if feat["dtype"] == "video":
+            continue
+        if feat["dtype"] == "image":
+            out[name] = {"_type": "Image"}
+            continue
+        hf: dict[str, Any] = {"dtype": feat["dtype"], "_type": "Value"}
+        shape = list(feat["shape"])
+        for n in reversed(shape if shape != [1] else []):
+            hf = {"feature": hf, "length": n, "_type": seq}
+        out[name] = hf
+    return json.dumps({"info": {"features": out}})
+
+
+def _datasets3(hf: Any) -> str:
+    """``datasets`` 4 features JSON in datasets 3's words: ``List`` of a fixed length is
+    ``Sequence`` (the same arrow type)."""
+
+    def walk(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            out = {k: walk(v) for k, v in obj.items()}
+            if out.get("_type") == "List":
+                out["_type"] = "Sequence"
+            return out
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+
+    return json.dumps(walk(hf))
 
 
 def _to_arrow(values: np.ndarray, t: Any) -> Any:
-    """``(rows, *dims)`` numpy as an arrow array of type ``t`` (nested fixed or variable lists)."""
+    """``(rows, *dims)`` numpy as an arrow array of type ``t`` (nested fixed or variable lists; a
+    scalar column takes ``(rows, 1)`` too)."""
     import pyarrow as pa
 
     if pa.types.is_fixed_size_list(t):
@@ -524,40 +766,36 @@ def _to_arrow(values: np.ndarray, t: Any) -> Any:
         return (pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray).from_arrays(
             offsets, inner, type=t
         )
-    return pa.array(values, type=t)
+    return pa.array(
+        values.reshape(len(values)) if values.ndim == 2 and values.shape[1] == 1 else values, type=t
+    )
 
 
-def _stats(episode: Episode, schema: Schema, n: int) -> dict[str, dict[str, np.ndarray]]:
-    """The episode's stats: the source's, each value field's recomputed from the arrays as lerobot
-    0.6.1 computes them (``stats.vector_stats``) where its count is missing (an edit asks so) or not
-    the episode's rows (the rows changed); all value fields' when the source had none. Image and
-    video stats come only from the source (recomputing them means decoding every frame)."""
-    source = episode.metadata.get("stats") or {}
-    out: dict[str, dict[str, np.ndarray]] = {}
-    values = set(_value_fields(schema))
-    for f in schema.fields:
-        have = source.get(f.name)
-        if have is None and source:
-            continue
-        counted = have is not None and "count" in have and int(np.asarray(have["count"]).ravel()[0]) == n
-        if (have is None or not counted) and f.name in values and n:
-            out[f.name] = vector_stats(np.asarray(episode.steps[f.name])[:n])
-        elif have is not None:
-            out[f.name] = {k: np.asarray(v) for k, v in have.items()}
-    return out
+def _picture(value: Any) -> np.ndarray:
+    """An image as a uint8 ``(H, W, 3)`` array: encoded bytes decoded, an array as it is."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        from PIL import Image
+
+        return np.asarray(Image.open(io.BytesIO(bytes(value))).convert("RGB"))
+    return np.asarray(value)
+
+
+def _png(value: Any) -> bytes:
+    """An image feature's bytes: encoded images as they are, arrays as PNG."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(np.asarray(value)).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
     """Frames (uint8 arrays, or PNG/JPEG bytes) encoded into an mp4 with ``codec``."""
     av = import_av()
-    from PIL import Image
 
-    pics = [
-        np.asarray(Image.open(io.BytesIO(v)).convert("RGB"))
-        if isinstance(v, bytes | bytearray)
-        else np.asarray(v)
-        for v in values
-    ]
+    pics = [_picture(v) for v in values]
     if not pics:
         raise LeRobotFormatError("no frames to encode", member=where, noun="")
     rate = Fraction(fps).limit_denominator(1001)
@@ -566,7 +804,7 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
         s = c.add_stream(ENCODERS.get(codec, codec), rate=rate)
         s.height, s.width = pics[0].shape[:2]
         s.pix_fmt = "yuv420p"
-        s.options = {"g": str(REENCODE_GOP), "preset": "12"} if codec == "av1" else {"g": str(REENCODE_GOP)}
+        s.options = VIDEO_SETTINGS.get(codec, {"g": str(REENCODE_GOP)})
         for i, pic in enumerate(pics):
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(pic), format="rgb24")
             frame.pts = i
@@ -580,18 +818,6 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
 def _value_fields(schema: Schema) -> list[str]:
     """The fields whose stats come from their values: arrays that are not decoded video frames."""
     return [f.name for f in schema.fields if f.kind == "array" and "video" not in f.attrs]
-
-
-def _merged(per_episode: Sequence[Mapping[str, Mapping[str, np.ndarray]]]) -> dict[str, dict[str, np.ndarray]]:
-    """Per feature, its episodes' stats merged as LeRobot merges them (``stats.merge``): for image and
-    video features, whose stats come from pixels a writer does not hold; value features are then
-    replaced by their exact stats over every row."""
-    out = {}
-    for key in sorted({k for s in per_episode for k in s}):
-        parts = [s[key] for s in per_episode if key in s and all(x in s[key] for x in ("min", "max", "mean", "std", "count"))]
-        if parts:
-            out[key] = merge(parts)
-    return out
 
 
 def _listed(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
