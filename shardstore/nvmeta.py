@@ -467,6 +467,11 @@ def shard_changed(
     stamp = _stamp_change(recorded, stat, local)
     if stamp is None:
         return None
+    if recorded is not None and _etags_comparable(stat.etag, recorded.get("etag")):
+        # Two ETags of one form (plain MD5s, or multipart ETags of as many parts) that differ are
+        # different bytes for certain; only a change of form (a copy uploaded in other parts)
+        # leaves it to the fingerprint.
+        return f"shard was modified ({stamp}; same size: rewritten in place?): {_REPREPARE}"
     same = same_bytes() if same_bytes is not None else None
     if same:
         return None
@@ -479,6 +484,13 @@ def shard_changed(
         f"shard was modified or copied ({stamp}; same size: copied without keeping mtimes, or rewritten in "
         f"place?) and this index has no fingerprint to tell which (prepared by an older shardstore): {_REPREPARE}"
     )
+
+
+def _etags_comparable(now: str | None, then: Any) -> bool:
+    """Whether two ETags were made the same way (S3: a plain MD5, or ``<md5>-<parts>``)."""
+    if not now or not isinstance(then, str) or not then:
+        return False
+    return now.rpartition("-")[2] == then.rpartition("-")[2] if "-" in now and "-" in then else "-" not in now + then
 
 
 def _stamp_change(recorded: dict[str, Any] | None, stat: FileStat, local: bool) -> str | None:
