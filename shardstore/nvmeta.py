@@ -468,9 +468,8 @@ def shard_changed(
     if stamp is None:
         return None
     if recorded is not None and _etags_comparable(stat.etag, recorded.get("etag")):
-        # Two ETags of one form (plain MD5s, or multipart ETags of as many parts) that differ are
-        # different bytes for certain; only a change of form (a copy uploaded in other parts)
-        # leaves it to the fingerprint.
+        # Two multipart ETags of as many parts that differ are different bytes; a copy uploaded
+        # in other parts, or a plain ETag, is left to the fingerprint.
         return f"shard was modified ({stamp}; same size: rewritten in place?): {_REPREPARE}"
     same = same_bytes() if same_bytes is not None else None
     if same:
@@ -487,10 +486,12 @@ def shard_changed(
 
 
 def _etags_comparable(now: str | None, then: Any) -> bool:
-    """Whether two ETags were made the same way (S3: a plain MD5, or ``<md5>-<parts>``)."""
+    """Whether two ETags are multipart ETags (``<md5 of the parts' md5s>-<parts>``) of as many parts.
+    Plain ETags are left to the fingerprint: some S3 servers (rclone's) do not make them MD5s of
+    the bytes, so a copy of the same bytes may carry another."""
     if not now or not isinstance(then, str) or not then:
         return False
-    return now.rpartition("-")[2] == then.rpartition("-")[2] if "-" in now and "-" in then else "-" not in now + then
+    return "-" in now and "-" in then and now.rpartition("-")[2] == then.rpartition("-")[2]
 
 
 def _stamp_change(recorded: dict[str, Any] | None, stat: FileStat, local: bool) -> str | None:

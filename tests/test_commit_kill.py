@@ -169,19 +169,20 @@ def test_export_force_killed_at_random_moments(tmp_path: Path, fmt: str) -> None
     datasets = [_dataset(tmp_path / "a", 2), _dataset(tmp_path / "b", 4)]
     out = tmp_path / "work" / "x"
     prints = []
+    rate = ["--fps", "10", "--task", "reach"] if fmt == "lerobot" else []  # the datasets state neither
     for ds in datasets:
-        _run("export", fmt, ds, out, "--force")
+        _run("export", fmt, ds, out, "--force", *rate)
         prints.append(fingerprint(out))
     assert prints[0] != prints[1]
-    _kill_at(["export", fmt, datasets[0], out, "--force"], "output-swapped", tmp_path / "marker")
+    _kill_at(["export", fmt, datasets[0], out, "--force", *rate], "output-swapped", tmp_path / "marker")
     assert fingerprint(out) == prints[0] and _siblings(out)
-    _random_kills([["export", fmt, ds, out, "--force"] for ds in datasets], out, prints, seed=sum(map(ord, fmt)), kills=2)
+    _random_kills([["export", fmt, ds, out, "--force", *rate] for ds in datasets], out, prints, seed=sum(map(ord, fmt)), kills=2)
 
 
 def test_check_removes_what_a_killed_export_left(tmp_path: Path) -> None:
     out = tmp_path / "work" / "x"
     ds = _dataset(tmp_path / "a", 2)
-    _kill_at(["export", "lerobot", ds, out], "output-staged", tmp_path / "marker")
+    _kill_at(["export", "lerobot", ds, out, "--fps", "10", "--task", "reach"], "output-staged", tmp_path / "marker")
     assert not out.exists() and len(_siblings(out)) == 2  # its staging folder and lock file
     check = _run("check", "lerobot", out, ok=False)
     assert "removed .x.shardstore-tmp-" in check.stderr and _siblings(out) == []
