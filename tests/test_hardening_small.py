@@ -95,7 +95,9 @@ def test_worker_count_is_capped_by_shards_and_cores() -> None:
     assert worker_count(2000, 4, local=True) == 4
     assert worker_count(2000, 10_000, local=True) == 4 * cores
     assert worker_count(None, 3, local=True) == min(3, cores)
-    assert worker_count(0, 3, local=True) == min(3, cores) and worker_count(-5, 3, local=True) == 1
+    for bad in (0, -5):  # refused, not clamped (issue 26): a typo must not pass silently
+        with pytest.raises(ConfigError, match="num_workers"):
+            worker_count(bad, 3, local=True)
     assert worker_count(2000, 10_000, local=False) == max(64, 4 * cores)
 
 
