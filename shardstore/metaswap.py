@@ -71,13 +71,13 @@ class FolderLock:
     It is removed before it is unlocked, and a lock taken on a file that is no longer at the path is
     taken again, so two processes never hold locks on two different files."""
 
-    def __init__(self, path: str, *, busy: str, error: type[ShardstoreError]) -> None:
+    def __init__(self, path: str, *, busy: str, error: type[ShardstoreError], guards: str = "the folder") -> None:
         self.path = path
         while True:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
             except OSError as e:
-                raise StorageError(f"cannot write its lock file: {e.strerror}", path=self.path) from e
+                raise StorageError(f"cannot write {guards} (its lock file): {e.strerror}", path=self.path) from e
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as e:
@@ -113,7 +113,8 @@ class PrepareLock(FolderLock):
 
     def __init__(self, root: str) -> None:
         super().__init__(
-            os.path.join(root, LOCK_NAME), busy="another prepare is running on this dataset", error=PrepareLockedError
+            os.path.join(root, LOCK_NAME), busy="another prepare is running on this dataset", error=PrepareLockedError,
+            guards=".nv-meta",
         )
 
 

@@ -43,7 +43,10 @@ def _names(out: str) -> tuple[str, str, str, str]:
 
 
 def _lock(out: str) -> metaswap.FolderLock:
-    return metaswap.FolderLock(_names(out)[3], busy=f"another import or export is writing {out}", error=OutputLockedError)
+    return metaswap.FolderLock(
+        _names(out)[3], busy=f"another import or export is writing {out}", error=OutputLockedError,
+        guards=os.path.basename(out),
+    )
 
 
 class StagedFolder:

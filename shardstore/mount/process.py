@@ -286,13 +286,16 @@ def _make_mountpoint(mp: str, mkdir: bool) -> None:
 def _remove_made(mp: str) -> None:
     """After an unmount: remove the mount point if ``--mkdir`` made it (and it is empty)."""
     marker = _made_marker(mp)
-    if not os.path.exists(marker):
+    try:  # the serving process and a separate ``umount`` both get here: the first one wins
+        os.unlink(marker)
+    except FileNotFoundError:
         return
     try:
         os.rmdir(mp)
+    except FileNotFoundError:
+        pass
     except OSError as e:
         log.warning("could not remove the mount point %s made by --mkdir: %s", mp, e.strerror)
-    os.unlink(marker)
 
 
 def _detach(mp: str) -> None:
