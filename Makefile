@@ -5,13 +5,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds lerobot test test-fast demo lint bench system-deps clean bench-quick bench-peers
+.PHONY: help venv energon6 tfds lerobot test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
-	@echo "make test   - install everything the tests need and run the whole suite"
+	@echo "make test   - install everything the tests need and run the suite but the tests marked slow"
 	@echo "              (as root it also apt-get installs FUSE 3 and Ceph system-wide: see README)"
-	@echo "make test-fast - the suite without the tests marked slow, stopping at the first failure"
+	@echo "make test-all - the same with the tests marked slow (the long LeRobot paths, fuzzing, ...)"
+	@echo "make test-fast - the suite without the tests marked slow and no installs, stopping at the first failure"
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
 	@echo "make bench-quick - the same scripts on tiny data (a few minutes; figures mean nothing)"
@@ -86,12 +87,20 @@ system-deps:
 	  else (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$need >/dev/null) || \
 	    echo "warning: apt-get install$$need failed: tests that need them will skip (fail under CI=true)"; fi
 
-test: venv system-deps energon6 tfds lerobot
+test-deps: venv system-deps energon6 tfds lerobot
 	$(PY) tools/s3server.py install
-	# A test that hits its time limit runs once more, a safety net kept after the two hangs seen under
-	# load were found and fixed (S3 PUTs waiting for a 100 Continue; multiprocessing.Pool.terminate in
-	# prepare); pytest's summary still shows any rerun. Any other failure fails at once.
-	$(PY) -m pytest -q -p no:cacheprovider --reruns 1 --only-rerun 'Timeout' tests
+
+# A test that hits its time limit runs once more, a safety net kept after the two hangs seen under
+# load were found and fixed (S3 PUTs waiting for a 100 Continue; multiprocessing.Pool.terminate in
+# prepare); pytest's summary still shows any rerun. Any other failure fails at once. The tests marked
+# slow (minutes each on this 2-core machine) run in `make test-all`, which keeps `make test` near 20 min.
+PYTEST_CI := $(PY) -m pytest -q -p no:cacheprovider --reruns 1 --only-rerun 'Timeout' --durations=25
+
+test: test-deps
+	$(PYTEST_CI) -m "not slow" tests
+
+test-all: test-deps
+	$(PYTEST_CI) tests
 
 test-fast: venv
 	$(PY) -m pytest -q -x -m "not slow" tests

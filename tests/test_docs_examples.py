@@ -38,7 +38,7 @@ every block of the page. Keys:
     needs=fuse   uses a real FUSE mount (fuse3 and the ``mount`` extra). Mount under the working
                  folder (``mnt``); whatever is still mounted after the page fails it.
     needs=s3,fuse  both.
-    setup        the project's own set-up commands (``make demo``, ``make test``, ``make test-fast``,
+    setup        the project's own set-up commands (``make demo``, ``make test``, ``make test-all``, ``make test-fast``,
                  ``make venv``, ``pip install ...``, ``source .venv/bin/activate``; nothing else is allowed in such a block): not run here,
                  since this suite is what ``make test`` runs and the session's demo data are what
                  ``make demo`` makes; an ``output`` block after ``make demo`` is compared with what
@@ -80,7 +80,7 @@ SHELL = {"bash", "sh", "shell"}
 RUN = SHELL | {"console", "python"}
 BLOCK_TIMEOUT = 180.0
 S3_PLACEHOLDER = "http://127.0.0.1:9000"
-SETUP_COMMAND = re.compile(r"(make (demo|test|test-fast|venv)|(python -m )?pip install .+|source \.venv/bin/activate)")
+SETUP_COMMAND = re.compile(r"(make (demo|test|test-all|test-fast|venv)|(python -m )?pip install .+|source \.venv/bin/activate)")
 FENCE = re.compile(r"^(?P<indent>[ ]{0,3})(?P<fence>```+|~~~+)\s*(?P<lang>[\w+-]*)")
 MARKER = re.compile(r"^\s*<!--\s*(?P<scope>examples?):(?P<body>.*?)-->\s*$")
 
@@ -303,7 +303,7 @@ def check_setup(block: Block) -> None:
     for line in block.text.splitlines():
         cmd = line.split("#", 1)[0].strip()
         if cmd and not SETUP_COMMAND.fullmatch(cmd):
-            raise ExampleFailure(f"{block.where}: a setup block holds only `make demo`, `make test`, `make test-fast`, "
+            raise ExampleFailure(f"{block.where}: a setup block holds only `make demo`, `make test`, `make test-all`, `make test-fast`, "
                                  f"`make venv`, `pip install ...` or `source .venv/bin/activate`; {cmd!r} must run: give it a block of its own")
 
 

@@ -40,8 +40,10 @@ LOADER = {"v3.0": V30, "v2.1": V21}
 DELTA = {"observation.images.front": [-0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3, 0.4]}
 BASE = ("min", "max", "mean", "std", "count")
 
-# each LeRobot load starts torch and decodes every frame: ~10 s of CPU, minutes on a loaded machine
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# each LeRobot load starts torch and decodes every frame: ~10 s of CPU, minutes on a loaded machine.
+# `make test` runs one path per direction (v3.0 kept, v3.0 -> v2.1, v2.1 -> v3.0 with LeRobot's append,
+# shardstore inside LeRobot's venv, the drop-in loader); the other paths are marked slow (`make test-all`).
+pytestmark = [pytest.mark.timeout(1800)]
 
 
 def run(python: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -171,6 +173,7 @@ def test_v21_to_v30_loads_and_lerobot_appends(made: dict, want: dict, imported: 
     assert after["meta"]["tasks"]["a task appended by LeRobot"] == len(got["meta"]["tasks"])
 
 
+@pytest.mark.slow
 def test_v21_kept_and_v30_through_v21_back(want: dict, imported: dict, tmp_path: Path) -> None:
     out = tmp_path / "v21"
     assert export_lerobot(str(imported["v2.1"]), str(out)).metadata == "source"
@@ -219,6 +222,7 @@ def _other_stream(with_tasks: bool = True, fps: float | None = 15.0) -> tuple[Ep
     return EpisodeStream(schema, episodes, count=2), episodes
 
 
+@pytest.mark.slow
 def test_a_source_from_another_format_loads_in_lerobot(tmp_path: Path) -> None:
     stream, episodes = _other_stream()
     out = tmp_path / "other"
@@ -250,6 +254,7 @@ def test_a_source_from_another_format_loads_in_lerobot(tmp_path: Path) -> None:
         assert f"stats/state/{q}" in got
 
 
+@pytest.mark.slow
 def test_another_format_as_image_features(tmp_path: Path) -> None:
     stream, episodes = _other_stream()
     out = tmp_path / "images"
@@ -260,6 +265,7 @@ def test_another_format_as_image_features(tmp_path: Path) -> None:
     np.testing.assert_array_equal(frame, episodes[1].steps["camera"][1])  # PNG: lossless
 
 
+@pytest.mark.slow
 def test_what_another_format_must_decide(tmp_path: Path) -> None:
     with pytest.raises(LeRobotFormatError, match="--fps"):
         write_lerobot(_other_stream(fps=None)[0], str(tmp_path / "a"))
@@ -274,6 +280,7 @@ def test_what_another_format_must_decide(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "c/meta/info.json").read_text())["total_tasks"] == 1
 
 
+@pytest.mark.slow
 def test_check_fails_what_lerobot_rejects(tmp_path: Path) -> None:
     """A v3.0 dataset without LeRobot's default columns: LeRobotDataset cannot load it, and
     ``check`` says so."""
@@ -328,6 +335,7 @@ def _minari_like() -> EpisodeStream:
     return EpisodeStream(schema, episodes, count=2)
 
 
+@pytest.mark.slow
 def test_final_observation_kept_or_dropped(tmp_path: Path) -> None:
     options = {"fps": 10.0, "task": "reach"}
     with pytest.raises(LeRobotFormatError, match="--final-observation"):
@@ -349,7 +357,7 @@ def test_final_observation_kept_or_dropped(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got["item/3/observations"], np.array([6, 7], np.float32))
 
 
-@pytest.mark.parametrize("version", ["v3.0", "v2.1"])
+@pytest.mark.parametrize("version", ["v3.0", pytest.param("v2.1", marks=pytest.mark.slow)])
 def test_drop_in_dataset_gives_lerobots_items(want: dict, imported: dict, version: str) -> None:
     """``shardstore.lerobot_dataset.LeRobotDataset`` over the import of a source LeRobot's recorder
     made, with LeRobot's arguments, gives LeRobotDataset's items: the same keys, tensors (dtype,
