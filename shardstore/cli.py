@@ -1250,31 +1250,6 @@ def format_check_options(fn: F) -> F:
     return command
 
 
-@check_group.command("lerobot")
-@click.argument("src")
-@format_check_options
-@handle_errors
-def check_lerobot_command(
-    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
-) -> None:
-    """Check a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) against the LeRobot checklist.
-
-    Version, chunks_size, path templates and the files they name, video keys, episodes, tasks,
-    parquet columns and rows against video frames, fps and codec; with --deep every row, statistic
-    and video packet too. Prints one line per finding and exits with 1 if there is an error;
-    `import lerobot` runs the same checks first.
-
-    \b
-    Example:
-      shardstore check lerobot ./my_lerobot
-      shardstore check lerobot ./my_lerobot --deep --json
-    """
-    if deep:
-        _format_check("lerobot", src, deep, storage_options, quiet, as_json, progress)
-    else:
-        _lerobot_check(src, storage_options, quiet, as_json)
-
-
 def _lerobot_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
     """Print the LeRobot checklist's report; exit 1 when it has errors."""
     from .convert.lerobot import check
@@ -1291,7 +1266,6 @@ def _echo_format_report(report: Any, quiet: bool, as_json: bool) -> None:
             click.echo(line)
     if not report.ok:
         sys.exit(1)
-
 
 
 # ----- RLDS: import, export, check ------------------------------------------------------------------
@@ -1416,38 +1390,6 @@ def export_rlds_command(
         )
 
 
-@check_group.command("rlds")
-@click.argument("src")
-@format_check_options
-@handle_errors
-def check_rlds_command(
-    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
-) -> None:
-    """Check an RLDS folder (a TFDS version folder, local or fsspec URL) against the RLDS rules.
-
-    Runs the validation rules of the LeRobot -> RLDS mapping spec on any RLDS folder and prints
-    the report: each rule pass, fail or skipped, then every problem with its file, record and
-    field; --deep reads every record instead (docs/robotics.md). Exits with 1 when a rule fails.
-
-    \b
-    Example:
-      shardstore check rlds ./robo/1.0.0
-      shardstore check rlds ./robo/1.0.0 --deep --json
-    """
-    if deep:
-        _format_check("rlds", src, deep, storage_options, quiet, as_json, progress)
-        return
-    from .convert.rlds.check import check_rlds
-
-    report = check_rlds(src, storage_options=storage_options)
-    if as_json:
-        echo_json(report.to_json())
-    elif not quiet:
-        click.echo(report.text())
-    if not report.ok:
-        sys.exit(1)
-
-
 #: `shardstore check FORMAT SRC --deep`: format -> (module, function(src, *, deep, storage_options,
 #: progress) -> FormatReport); minari and episode-wds have no other check, so run it without --deep too.
 DEEP_CHECKS = {
@@ -1472,6 +1414,100 @@ def _format_check(
     if fmt in ("minari", "episode-wds"):
         kwargs["deep"] = deep
     _echo_format_report(check(src, **kwargs), quiet, as_json)
+
+
+def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool) -> None:
+    """Print the RLDS rules' report (each rule, then each problem); exit 1 when a rule fails."""
+    from .convert.rlds.check import check_rlds
+
+    report = check_rlds(src, storage_options=storage_options)
+    if as_json:
+        echo_json(report.to_json())
+    elif not quiet:
+        click.echo(report.text())
+    if not report.ok:
+        sys.exit(1)
+
+
+ShallowCheck = Callable[[str, dict[str, Any] | None, bool, bool], None]
+
+
+def _add_format_check(fmt: str, doc: str, shallow: ShallowCheck | None = None) -> None:
+    """Add ``shardstore check FMT SRC`` with ``doc`` as its --help: the format's ``DEEP_CHECKS``
+    function with --deep, and without it too unless the format has a ``shallow`` check
+    (``shallow(src, storage_options, quiet, as_json)``). One wrapper, so every format's check has
+    the same options, repairs and exit codes."""
+
+    def command(
+        src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
+    ) -> None:
+        if deep or shallow is None:
+            _format_check(fmt, src, deep, storage_options, quiet, as_json, progress)
+        else:
+            shallow(src, storage_options, quiet, as_json)
+
+    command.__name__ = f"check_{fmt.replace('-', '_')}_command"
+    command.__doc__ = doc
+    check_group.command(fmt)(click.argument("src")(format_check_options(handle_errors(command))))
+
+
+_add_format_check(
+    "lerobot",
+    """Check a LeRobot dataset (v2.1 or v3.0, a folder or fsspec URL) against the LeRobot checklist.
+
+    Version, chunks_size, path templates and the files they name, video keys, episodes, tasks,
+    parquet columns and rows against video frames, fps and codec; with --deep every row, statistic
+    and video packet too. Prints one line per finding and exits with 1 if there is an error;
+    `import lerobot` runs the same checks first.
+
+    \b
+    Example:
+      shardstore check lerobot ./my_lerobot
+      shardstore check lerobot ./my_lerobot --deep --json
+    """,
+    _lerobot_check,
+)
+_add_format_check(
+    "rlds",
+    """Check an RLDS folder (a TFDS version folder, local or fsspec URL) against the RLDS rules.
+
+    Runs the validation rules of the LeRobot -> RLDS mapping spec on any RLDS folder and prints
+    the report: each rule pass, fail or skipped, then every problem with its file, record and
+    field; --deep reads every record instead (docs/robotics.md). Exits with 1 when a rule fails.
+
+    \b
+    Example:
+      shardstore check rlds ./robo/1.0.0
+      shardstore check rlds ./robo/1.0.0 --deep --json
+    """,
+    _rlds_check,
+)
+_add_format_check(
+    "minari",
+    """Check a Minari dataset (a folder, its data folder or a dataset id) as Minari's loader reads it.
+
+    Loader metadata, totals, steps+1 rows, one terminal step at the end, spaces; with --deep every
+    value too (NaN, out of its space). Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check minari ./door-human-v2
+      shardstore check minari D4RL/door/human-v2 --deep --json
+    """,
+)
+_add_format_check(
+    "episode-wds",
+    """Check shards of the episode-frame WebDataset layout (a shard, a folder, or a root of tasks).
+
+    Members, frame numbering and episode ends per shard; with --deep every pickled part through the
+    restricted unpickler too. Exits with 1 if there is an error.
+
+    \b
+    Example:
+      shardstore check episode-wds ./il-data
+      shardstore check episode-wds ./il-data --deep --json
+    """,
+)
 
 
 # ----- any format to any other (issue 21) -----------------------------------------------------------
@@ -1538,46 +1574,6 @@ def convert_command(src: str, out: str, to: str, source_format: str | None, keep
         click.echo(f"Converted {src} ({report.source_format}) to {out} ({report.target_format}) in {report.seconds:.1f} s: "
                    f"{_plural(len(m.mapped), 'field')} mapped, {len(m.derived)} derived, "
                    f"{len(m.approximated)} approximated, {len(m.dropped)} dropped; report: {report.report_files[1]}")
-
-
-@check_group.command("minari")
-@click.argument("src")
-@format_check_options
-@handle_errors
-def check_minari_command(
-    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
-) -> None:
-    """Check a Minari dataset (a folder, its data folder or a dataset id) as Minari's loader reads it.
-
-    Loader metadata, totals, steps+1 rows, one terminal step at the end, spaces; with --deep every
-    value too (NaN, out of its space). Exits with 1 if there is an error.
-
-    \b
-    Example:
-      shardstore check minari ./door-human-v2
-      shardstore check minari D4RL/door/human-v2 --deep --json
-    """
-    _format_check("minari", src, deep, storage_options, quiet, as_json, progress)
-
-
-@check_group.command("episode-wds")
-@click.argument("src")
-@format_check_options
-@handle_errors
-def check_episode_wds_command(
-    src: str, deep: bool, progress: bool, storage_options: dict[str, Any] | None, quiet: bool, as_json: bool
-) -> None:
-    """Check shards of the episode-frame WebDataset layout (a shard, a folder, or a root of tasks).
-
-    Members, frame numbering and episode ends per shard; with --deep every pickled part through the
-    restricted unpickler too. Exits with 1 if there is an error.
-
-    \b
-    Example:
-      shardstore check episode-wds ./il-data
-      shardstore check episode-wds ./il-data --deep --json
-    """
-    _format_check("episode-wds", src, deep, storage_options, quiet, as_json, progress)
 
 
 # ----- edit ----------------------------------------------------------------------------------------
