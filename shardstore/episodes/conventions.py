@@ -12,6 +12,7 @@ that a format's export applies to episodes from another format, each recording w
 - **Encoded images into formats of arrays**: ``decode_media`` (PNG/JPEG bytes -> uint8 HWC).
 - **Pickled steps** (the episode-frame layout): ``decode_pickles`` turns them into arrays through
   the restricted unpickler, only when the user allowed it (``--allow-pickle``).
+- **A target's first step**: ``decode_for`` runs the three above as a format without video needs.
 - **Roles**: ``role`` names what a field is for (observation, action, reward, flag, bookkeeping,
   task, other) from the names the formats use, so a target can place it under its own names.
 """
@@ -33,6 +34,7 @@ from .tasks import TASK_FIELDS
 
 __all__ = [
     "Role",
+    "decode_for",
     "decode_media",
     "decode_pickles",
     "decode_videos",
@@ -214,6 +216,17 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return bool(np.array_equal(np.asarray(a), np.asarray(b)))
     return a == b
+
+
+def decode_for(stream: EpisodeStream, report: ConversionReport, frames: Literal["array", "png"], allow_pickle: bool
+               ) -> EpisodeStream:
+    """What an export to a format without video (Minari, RLDS, the episode-frame layout) does first:
+    pickled steps as arrays (``decode_pickles``: refused without ``allow_pickle``), videos decoded
+    into ``frames`` (``decode_videos``) and, for a format of arrays (``"array"``), PNG/JPEG images
+    too (``decode_media``); a ``"png"`` format keeps encoded images as they are."""
+    stream = decode_pickles(stream, report, allow_pickle)
+    stream = decode_videos(stream, report, frames)
+    return decode_media(stream, report) if frames == "array" else stream
 
 
 # ----- video and encoded images ----------------------------------------------------------------------

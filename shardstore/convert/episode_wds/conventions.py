@@ -31,8 +31,7 @@ def to_episode_wds(stream: EpisodeStream, report: ConversionReport) -> EpisodeSt
     """``stream`` in the layout's shape (a source of the layout is returned as it is)."""
     if stream.schema.source_format == FORMAT:
         return stream
-    stream = conv.decode_videos(stream, report, "array")
-    stream = conv.decode_media(stream, report)
+    stream = conv.decode_for(stream, report, "array", allow_pickle=False)  # only the layout itself has pickles
     stream = conv.split_next_rows(stream, report)
     return _renamed(stream, report)
 

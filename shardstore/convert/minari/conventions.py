@@ -39,9 +39,7 @@ def to_minari(stream: EpisodeStream, report: ConversionReport, *, allow_pickle: 
     """``stream`` in Minari's shape (a Minari source is returned as it is)."""
     if stream.schema.source_format == FORMAT:
         return stream
-    stream = conv.decode_pickles(stream, report, allow_pickle)
-    stream = conv.decode_videos(stream, report, "array")
-    stream = conv.decode_media(stream, report)
+    stream = conv.decode_for(stream, report, "array", allow_pickle)
     roles = {f.name: conv.role(f) for f in stream.schema.fields}
     if conv.next_pairs(stream.schema):
         stream = conv.join_next_rows(stream, report)

@@ -37,8 +37,7 @@ def to_rlds(stream: EpisodeStream, report: ConversionReport, *, allow_pickle: bo
     """``stream`` in RLDS's shape (an RLDS source is returned as it is)."""
     if stream.schema.source_format == FORMAT:
         return stream
-    stream = conv.decode_pickles(stream, report, allow_pickle)
-    stream = conv.decode_videos(stream, report, "png")
+    stream = conv.decode_for(stream, report, "png", allow_pickle)
     stream = conv.join_next_rows(stream, report)
     stream = _renamed(stream, report)
     stream = conv.final_row_as_last_step(stream, report)
