@@ -13,9 +13,10 @@ bytes.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from typing import IO, Any
@@ -40,8 +41,7 @@ def _crc32c() -> Any:
 def masked_crc(data: bytes) -> int:
     """TFRecord's masked CRC-32C: the CRC rotated right by 15 bits plus a constant (so that a CRC of
     data holding CRCs is not degenerate)."""
-    crc = _crc32c()(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return _mask(_crc32c()(data))
 
 
 def frame(payload: bytes) -> bytes:
@@ -72,46 +72,33 @@ def iter_records(f: IO[bytes], path: str) -> Iterator[Record]:
         header = f.read(_HEADER.size)
         if not header:
             return
-        where = f"record {index}"
+        error = functools.partial(TFRecordFormatError, path=path, member=f"record {index}", noun="", offset=offset)
         if len(header) < _HEADER.size:
-            raise TFRecordFormatError(
-                f"truncated record: the file ends {len(header)} bytes into its 12-byte header",
-                path=path,
-                member=where, noun="",
-                offset=offset,
-            )
-        length, length_crc = _HEADER.unpack(header)
-        if _mask(crc(header[:8])) != length_crc:
-            raise TFRecordFormatError(
-                "length CRC mismatch (corrupt record header)", path=path, member=where, noun="", offset=offset
-            )
+            raise error(f"truncated record: the file ends {len(header)} bytes into its 12-byte header")
+        (length,) = struct.unpack("<Q", _crc_checked(header, 8, crc, error, "length CRC mismatch (corrupt record header)"))
         left = size - offset - _HEADER.size
         if length + _FOOTER.size > left:  # checked before reading: a length is a size to allocate
-            raise TFRecordFormatError(
-                f"truncated record: {length} payload bytes announced, the file has {max(left, 0)} bytes left "
-                f"for its {length + _FOOTER.size} remaining bytes",
-                path=path,
-                member=where, noun="",
-                offset=offset,
-            )
+            raise error(f"truncated record: {length} payload bytes announced, the file has {max(left, 0)} bytes left "
+                        f"for its {length + _FOOTER.size} remaining bytes")
         body = f.read(length + _FOOTER.size)
         if len(body) < length + _FOOTER.size:
-            raise TFRecordFormatError(
-                f"truncated record: {length} payload bytes announced, the file ends after "
-                f"{len(body)} of its {length + _FOOTER.size} remaining bytes",
-                path=path,
-                member=where, noun="",
-                offset=offset,
-            )
-        payload = body[:length]
-        (payload_crc,) = _FOOTER.unpack_from(body, length)
-        if _mask(crc(payload)) != payload_crc:
-            raise TFRecordFormatError(
-                "payload CRC mismatch (corrupt record data)", path=path, member=where, noun="", offset=offset
-            )
+            raise error(f"truncated record: {length} payload bytes announced, the file ends after "
+                        f"{len(body)} of its {length + _FOOTER.size} remaining bytes")
+        payload = _crc_checked(body, length, crc, error, "payload CRC mismatch (corrupt record data)")
         yield Record(index, offset, payload)
         index += 1
         offset += _HEADER.size + length + _FOOTER.size
+
+
+def _crc_checked(chunk: bytes, n: int, crc: Callable[[bytes], int],
+                 error: Callable[[str], TFRecordFormatError], mismatch: str) -> bytes:
+    """The first ``n`` bytes of ``chunk`` (a record's length, or its payload), checked against the
+    masked CRC-32C that follows them in ``chunk``; ``error(mismatch)`` is raised when they differ."""
+    data = chunk[:n]
+    (expected,) = _FOOTER.unpack_from(chunk, n)
+    if _mask(crc(data)) != expected:
+        raise error(mismatch)
+    return data
 
 
 def _size(f: IO[bytes]) -> int:
@@ -132,6 +119,7 @@ MAX_RECORD = 1 << 31
 
 
 def _mask(crc: int) -> int:
+    """A CRC rotated right by 15 bits plus TFRecord's constant."""
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
