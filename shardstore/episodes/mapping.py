@@ -24,6 +24,8 @@ from typing import Any
 __all__ = ["Approximated", "ConversionReport", "Derived", "Dropped", "Mapped", "report_paths"]
 
 
+# Each entry prints as its line of ``OUT.report.txt`` (as ``problems.Problem`` prints as its line of
+# a check's report); ``ConversionReport.to_dict`` gives its fields.
 @dataclass(frozen=True, slots=True)
 class Mapped:
     source: str
@@ -31,11 +33,18 @@ class Mapped:
     cast: str = ""
     encoding: str = ""
 
+    def __str__(self) -> str:
+        return (f"mapped: {self.source} -> {self.target}" + (f" (cast {self.cast})" if self.cast else "")
+                + (f" [{self.encoding}]" if self.encoding else ""))
+
 
 @dataclass(frozen=True, slots=True)
 class Derived:
     target: str
     how: str
+
+    def __str__(self) -> str:
+        return f"derived: {self.target} <- {self.how}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,11 +54,18 @@ class Approximated:
     how: str
     psnr_db: float | None = None
 
+    def __str__(self) -> str:
+        psnr = f", PSNR {self.psnr_db:.1f} dB" if self.psnr_db is not None else ""
+        return f"approximated: {self.source} -> {self.target}: {self.how}{psnr}"
+
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
     source: str
     why: str
+
+    def __str__(self) -> str:
+        return f"dropped: {self.source}: {self.why}"
 
 
 @dataclass
@@ -97,13 +113,8 @@ class ConversionReport:
         return asdict(self)
 
     def text(self) -> str:
-        lines = [f"conversion {self.source_format} -> {self.target_format}"]
-        lines += [f"  mapped: {m.source} -> {m.target}" + (f" (cast {m.cast})" if m.cast else "")
-                  + (f" [{m.encoding}]" if m.encoding else "") for m in self.mapped]
-        lines += [f"  derived: {d.target} <- {d.how}" for d in self.derived]
-        lines += [f"  approximated: {a.source} -> {a.target}: {a.how}"
-                  + (f", PSNR {a.psnr_db:.1f} dB" if a.psnr_db is not None else "") for a in self.approximated]
-        lines += [f"  dropped: {d.source}: {d.why}" for d in self.dropped]
+        entries = [*self.mapped, *self.derived, *self.approximated, *self.dropped]
+        lines = [f"conversion {self.source_format} -> {self.target_format}", *(f"  {e}" for e in entries)]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines) + "\n"
 
