@@ -465,7 +465,7 @@ def info_command(path: str, storage_options: dict[str, Any] | None, as_json: boo
 class _DefaultGroup(_Group):
     """A group whose first argument, when it names no subcommand, goes to ``default``: ``check PATH``
     is ``check dataset PATH`` while ``check lerobot SRC`` is the LeRobot checklist. Each outside
-    format adds its check as one subcommand (``@check_group.command("NAME")``)."""
+    format adds its check as one subcommand (``_add_format_check``)."""
 
     default = "dataset"
 
@@ -1429,10 +1429,10 @@ def _rlds_check(src: str, storage_options: dict[str, Any] | None, quiet: bool, a
         sys.exit(1)
 
 
-ShallowCheck = Callable[[str, dict[str, Any] | None, bool, bool], None]
+_ShallowCheck = Callable[[str, dict[str, Any] | None, bool, bool], None]
 
 
-def _add_format_check(fmt: str, doc: str, shallow: ShallowCheck | None = None) -> None:
+def _add_format_check(fmt: str, doc: str, shallow: _ShallowCheck | None = None) -> None:
     """Add ``shardstore check FMT SRC`` with ``doc`` as its --help: the format's ``DEEP_CHECKS``
     function with --deep, and without it too unless the format has a ``shallow`` check
     (``shallow(src, storage_options, quiet, as_json)``). One wrapper, so every format's check has
