@@ -30,8 +30,9 @@ def part_filter(part):
 '''
 
 
-@pytest.fixture
-def coded(prepared: Path) -> Path:
+def with_dataset_code(prepared: Path, loader: str) -> Path:
+    """``prepared`` as a dataset of Energon's legacy form: ``TextSample``s built by ``loader``'s
+    ``sample_loader`` from the parts its ``part_filter`` keeps (``.nv-meta/sample_loader.py``)."""
     meta = prepared / ".nv-meta"
     (meta / "dataset.yaml").write_text(textwrap.dedent("""\
         sample_type:
@@ -40,8 +41,13 @@ def coded(prepared: Path) -> Path:
         sample_loader: sample_loader.py:sample_loader
         part_filter: sample_loader.py:part_filter
         """))
-    (meta / "sample_loader.py").write_text(LOADER)
+    (meta / "sample_loader.py").write_text(loader)
     return prepared
+
+
+@pytest.fixture
+def coded(prepared: Path) -> Path:
+    return with_dataset_code(prepared, LOADER)
 
 
 def test_nothing_runs_without_the_opt_in(coded: Path) -> None:

@@ -3,11 +3,11 @@ same typed samples as the real megatron-energon 7.4.1 running the same module.""
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 from energon_peer import missing_peer
+from test_dataset_code import with_dataset_code
 
 import shardstore
 
@@ -30,15 +30,7 @@ def part_filter(part):
 def test_same_samples_as_energon(prepared: Path) -> None:
     from megatron.energon import TextSample, WorkerConfig, get_loader, get_val_dataset
 
-    meta = prepared / ".nv-meta"
-    (meta / "dataset.yaml").write_text(textwrap.dedent("""\
-        sample_type:
-          __module__: megatron.energon
-          __class__: TextSample
-        sample_loader: sample_loader.py:sample_loader
-        part_filter: sample_loader.py:part_filter
-        """))
-    (meta / "sample_loader.py").write_text(LOADER)
+    with_dataset_code(prepared, LOADER)
     wc = WorkerConfig(rank=0, world_size=1, num_workers=0)
     theirs = {}
     for s in get_loader(get_val_dataset(str(prepared), split_part="train", worker_config=wc, batch_size=None)):
