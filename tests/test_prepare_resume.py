@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -18,23 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from index_snapshot import written
 
 BIN = Path(sys.executable).with_name("shardstore")
 SHARDS = 6
 ARGS = ("--split-ratio", "2,1,1", "--sample-type", "CrudeWebdataset", "--non-interactive", "--no-progress",
         "--force-overwrite", "--num-workers", "1")
-
-
-def written(ds: Path) -> dict[str, Any]:
-    """Everything prepare wrote that an interruption must not change (index rows with rowids)."""
-    meta = ds / ".nv-meta"
-    out: dict[str, Any] = {n: (meta / n).read_bytes() for n in (".info.json", "split.yaml", "dataset.yaml")}
-    con = sqlite3.connect(f"file:{meta / 'index.sqlite'}?mode=ro", uri=True)
-    for table in ("samples", "sample_parts"):
-        out[table] = con.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid").fetchall()
-    con.close()
-    out["tar.idx"] = {str(p.relative_to(ds)): p.read_bytes() for p in sorted(ds.rglob("*.tar.idx"))}
-    return out
 
 
 def extra_files(ds: Path) -> list[str]:

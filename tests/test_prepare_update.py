@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from index_snapshot import written
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 from make_dataset import make_dataset  # noqa: E402
@@ -20,18 +20,6 @@ from make_dataset import make_dataset  # noqa: E402
 BIN = Path(sys.executable).with_name("shardstore")
 COMMON = ("--non-interactive", "--no-progress", "--num-workers", "1", "--json")
 FULL = ("--split-ratio", "1,0,0", "--sample-type", "CrudeWebdataset", "--force-overwrite")
-
-
-def written(ds: Path) -> dict[str, Any]:
-    meta = ds / ".nv-meta"
-    out: dict[str, Any] = {n: (meta / n).read_bytes() for n in (".info.json", "split.yaml", "dataset.yaml")}
-    con = sqlite3.connect(f"file:{meta / 'index.sqlite'}?mode=ro", uri=True)
-    for table in ("samples", "sample_parts"):
-        out[table] = con.execute(f"SELECT rowid, * FROM {table} ORDER BY rowid").fetchall()
-    con.close()
-    shards = json.loads(out[".info.json"])["shard_counts"]
-    out["tar.idx"] = {s: (ds / f"{s}.idx").read_bytes() for s in shards}
-    return out
 
 
 def prepare(ds: Path, *args: str) -> subprocess.CompletedProcess[str]:
