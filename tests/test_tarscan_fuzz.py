@@ -51,20 +51,55 @@ def member_specs(draw: st.DrawFn) -> list[tuple[str, str, int]]:
 
 
 def build(fmt: str, specs: list[tuple[str, str, int]], global_pax: dict[str, str] | None = None) -> bytes:
+    """The tar of ``specs`` in ``fmt``; the example is discarded when ``fmt`` cannot store it (ustar:
+    a name too long, or with no place to split it)."""
     buf = io.BytesIO()
     kw = {"pax_headers": global_pax} if global_pax else {}
-    with tarfile.open(fileobj=buf, mode="w", format=FORMATS[fmt], **kw) as tar:
-        for i, (name, kind, size) in enumerate(specs):
-            info = tarfile.TarInfo(name)
-            info.mtime = 1_700_000_000 + i
-            if kind == "file":
-                info.size = size
-                tar.addfile(info, io.BytesIO(bytes([i % 251]) * size))
-            else:
-                info.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE}[kind]
-                info.linkname = "" if kind == "dir" else "target/" + name
-                tar.addfile(info)
+    try:
+        with tarfile.open(fileobj=buf, mode="w", format=FORMATS[fmt], **kw) as tar:
+            for i, (name, kind, size) in enumerate(specs):
+                info = tarfile.TarInfo(name)
+                info.mtime = 1_700_000_000 + i
+                if kind == "file":
+                    info.size = size
+                    tar.addfile(info, io.BytesIO(bytes([i % 251]) * size))
+                else:
+                    info.type = {"dir": tarfile.DIRTYPE, "symlink": tarfile.SYMTYPE, "hardlink": tarfile.LNKTYPE}[kind]
+                    info.linkname = "" if kind == "dir" else "target/" + name
+                    tar.addfile(info)
+    except ValueError:
+        assume(False)
+        raise
     return buf.getvalue()
+
+
+#: Byte flips: (position, xor) pairs, applied by ``flipped``.
+byte_flips = st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=6)
+#: Where ``with_garbage`` puts its bytes.
+garbage_modes = st.sampled_from(["insert", "overwrite", "append", "alone"])
+
+
+def flipped(data: bytes, headers: list[int], flips: list[tuple[int, int]], header_bias: bool) -> bytes:
+    """``data`` with each ``(pos, xor)`` of ``flips`` applied; with ``header_bias`` the positions land
+    in the most interesting bytes: a member's first header (offsets ``headers``) and what follows it."""
+    out = bytearray(data)
+    headers = headers or [0]
+    for pos, xor in flips:
+        if header_bias:
+            pos = headers[pos % len(headers)] + (pos // 7) % 1536
+        out[pos % len(out)] ^= xor
+    return bytes(out)
+
+
+def with_garbage(data: bytes, garbage: bytes, where: int, mode: str) -> bytes:
+    """``garbage`` inserted into ``data``, written over it, appended to it, or alone."""
+    pos = where % (len(data) + 1)
+    return {
+        "insert": data[:pos] + garbage + data[pos:],
+        "overwrite": data[:pos] + garbage + data[pos + len(garbage) :],
+        "append": data + garbage,
+        "alone": garbage,
+    }[mode]
 
 
 def scan(data: bytes) -> list[TarMember]:
@@ -88,11 +123,7 @@ def walker_view(data: bytes) -> list[tuple[str, str, int, int, int]]:
 @given(fmt=st.sampled_from(sorted(FORMATS)), specs=member_specs(), global_comment=st.booleans())
 def test_generated_tars_scan_like_tarfile(fmt: str, specs: list[tuple[str, str, int]], global_comment: bool) -> None:
     global_pax = {"comment": "made by the fuzzer", "mtime": "1700000000"} if global_comment and fmt == "pax" else None
-    try:
-        data = build(fmt, specs, global_pax)
-    except ValueError:  # ustar cannot store this name (too long, or no place to split it)
-        assume(False)
-        raise
+    data = build(fmt, specs, global_pax)
     want = tarfile_view(data)
     got = walker_view(data)
     assert got == want
@@ -104,33 +135,20 @@ def test_generated_tars_scan_like_tarfile(fmt: str, specs: list[tuple[str, str, 
 @given(
     fmt=st.sampled_from(sorted(FORMATS)),
     specs=member_specs(),
-    flips=st.lists(st.tuples(st.integers(0, 10**9), st.integers(1, 255)), min_size=1, max_size=6),
+    flips=byte_flips,
     header_bias=st.booleans(),
 )
 def test_byte_flips_raise_only_typed_errors(
     fmt: str, specs: list[tuple[str, str, int]], flips: list[tuple[int, int]], header_bias: bool
 ) -> None:
-    try:
-        data = bytearray(build(fmt, specs))
-    except ValueError:
-        assume(False)
-        raise
-    headers = [m.header_offset for m in scan(bytes(data))] or [0]
-    for pos, xor in flips:
-        if header_bias:  # most interesting bytes: the first header of a member, and what follows it
-            pos = headers[pos % len(headers)] + (pos // 7) % 1536
-        data[pos % len(data)] ^= xor
-    _walk_or_typed_error(bytes(data))
+    data = build(fmt, specs)
+    _walk_or_typed_error(flipped(data, [m.header_offset for m in scan(data)], flips, header_bias))
 
 
 @FUZZ
 @given(fmt=st.sampled_from(sorted(FORMATS)), specs=member_specs(), cut=st.integers(0, 10**9))
 def test_truncation_raises_only_typed_errors(fmt: str, specs: list[tuple[str, str, int]], cut: int) -> None:
-    try:
-        data = build(fmt, specs)
-    except ValueError:
-        assume(False)
-        raise
+    data = build(fmt, specs)
     whole = scan(data)
     end = max(m.end for m in whole)
     cut = cut % (len(data) + 1)
@@ -150,26 +168,12 @@ def test_truncation_raises_only_typed_errors(fmt: str, specs: list[tuple[str, st
     specs=member_specs(),
     garbage=st.binary(min_size=1, max_size=2048),
     where=st.integers(0, 10**9),
-    mode=st.sampled_from(["insert", "overwrite", "append", "alone"]),
+    mode=garbage_modes,
 )
 def test_garbage_raises_only_typed_errors(
     fmt: str, specs: list[tuple[str, str, int]], garbage: bytes, where: int, mode: str
 ) -> None:
-    try:
-        data = build(fmt, specs)
-    except ValueError:
-        assume(False)
-        raise
-    pos = where % (len(data) + 1)
-    if mode == "insert":
-        data = data[:pos] + garbage + data[pos:]
-    elif mode == "overwrite":
-        data = data[:pos] + garbage + data[pos + len(garbage) :]
-    elif mode == "append":
-        data = data + garbage
-    else:
-        data = garbage
-    _walk_or_typed_error(data)
+    _walk_or_typed_error(with_garbage(build(fmt, specs), garbage, where, mode))
 
 
 def _walk_or_typed_error(data: bytes) -> list[TarMember] | None:
