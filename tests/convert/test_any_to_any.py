@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ci import in_ci
+from lerobot_venv import PEERS, run_lerobot
 
 pa = pytest.importorskip("pyarrow")
 av = pytest.importorskip("av")
@@ -44,9 +45,7 @@ from make_minari import make_minari  # noqa: E402
 from test_lerobot import source_frame, source_rows  # noqa: E402
 
 TFDS_PYTHON = Path(os.environ.get("SHARDSTORE_TFDS_VENV", ROOT / ".venv-tfds")) / "bin" / "python"
-LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-LEROBOT03_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT03_VENV", ROOT / ".venv-lerobot03")) / "bin" / "python"
-LEROBOT_PEER = Path(__file__).with_name("lerobot_peer.py")
+LEROBOT_PEER = PEERS / "lerobot_peer.py"
 
 FORMATS = ("minari-hdf5", "minari-arrow", "lerobot-v2.1", "lerobot-v3.0", "rlds", "episode-wds")
 IMPORT = {"minari-hdf5": "minari", "minari-arrow": "minari", "lerobot-v2.1": "lerobot", "lerobot-v3.0": "lerobot",
@@ -294,15 +293,10 @@ def load_lerobot_source(path: Path, version: str) -> list[Episode]:
 def load_lerobot_many(folders: list[Path], version: str, work: Path) -> dict[Path, list[Episode]]:
     """Every LeRobot folder of ``version`` loaded by ``LeRobotDataset`` (lerobot_peer.py's ``load``, one
     process for all: lerobot 0.6.1 for v3.0, 0.3.3 for v2.1), as episodes."""
-    python = LEROBOT_PYTHON if version == "v3.0" else LEROBOT03_PYTHON
-    _venv(python, "make lerobot")
     pairs = [(str(f), str(work / f"lerobot-{version}-{i}.npz")) for i, f in enumerate(folders)]
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import lerobot_peer\n"
             "for a, b in json.loads(sys.argv[2]): lerobot_peer.load(a, b)")
-    env = dict(_clean_env(), HF_HUB_OFFLINE="1")
-    res = subprocess.run([str(python), "-c", code, str(LEROBOT_PEER.parent), json.dumps(pairs)],
-                         capture_output=True, text=True, timeout=1200, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    run_lerobot("-c", code, PEERS, json.dumps(pairs), version=version, timeout=1200)
     return {folder: _lerobot_episodes(Path(dest)) for folder, (_, dest) in zip(folders, pairs, strict=True)}
 
 

@@ -25,6 +25,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 av = pytest.importorskip("av")
 
+from lerobot_venv import run_lerobot  # noqa: E402
+
 import shardstore  # noqa: E402
 from shardstore.convert.lerobot import (  # noqa: E402
     check,
@@ -544,7 +546,6 @@ def test_cli_check_import_export(sources: dict[str, Path], tmp_path: Path) -> No
     assert json.loads((tmp_path / "v30/meta/info.json").read_text())["codebase_version"] == "v2.1"
 
 
-LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
 LEROBOT_TASKS = r"""
 import json, sys
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
@@ -557,8 +558,6 @@ print(json.dumps([[ds[i]["task"], int(ds[i]["task_index"])] for i in range(len(d
 def test_lerobot_reads_the_task_strings_of_an_export(tmp_path: Path) -> None:
     """LeRobot 0.6.1 itself (its own venv) loads a v3.0 export: each item's ``task`` is the string
     shardstore's ``EpisodeStepDataset`` gives (tasks.parquet written as LeRobot writes it)."""
-    if not LEROBOT_PYTHON.exists():
-        pytest.skip(f"{LEROBOT_PYTHON} is missing (lerobot's own venv)")
     from shardstore.convert.lerobot import export_lerobot, import_lerobot
     from shardstore.torch import EpisodeStepDataset
 
@@ -566,11 +565,7 @@ def test_lerobot_reads_the_task_strings_of_an_export(tmp_path: Path) -> None:
                        cameras={"observation.images.front": "h264"})
     import_lerobot(src, str(tmp_path / "ds"))
     export_lerobot(str(tmp_path / "ds"), str(tmp_path / "v30"), version="3.0")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    res = subprocess.run([str(LEROBOT_PYTHON), "-c", LEROBOT_TASKS, str(tmp_path / "v30")],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    theirs = json.loads(res.stdout.strip().splitlines()[-1])
+    theirs = json.loads(run_lerobot("-c", LEROBOT_TASKS, tmp_path / "v30").strip().splitlines()[-1])
     ours = EpisodeStepDataset(str(tmp_path / "ds"))
     assert [[ours[i]["task"], int(ours[i]["task_index"])] for i in range(len(ours))] == theirs
     assert {t for t, _ in theirs} == set(TASKS)

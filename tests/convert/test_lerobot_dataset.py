@@ -10,8 +10,6 @@ Decoded-frame counts come from the decoder's own counter (``FrameDecoder.decoded
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,7 +19,7 @@ import pytest
 pytest.importorskip("av")
 torch = pytest.importorskip("torch")
 
-from ci import in_ci  # noqa: E402
+from lerobot_venv import PEERS, run_lerobot  # noqa: E402
 
 import shardstore  # noqa: E402
 from shardstore.convert.lerobot import import_lerobot  # noqa: E402
@@ -32,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 from make_lerobot import make_lerobot  # noqa: E402
 
-LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-PEER = Path(__file__).with_name("lerobot_dataset_peer.py")
+PEER = PEERS / "lerobot_dataset_peer.py"
 CAMERAS = {"observation.images.front": "h264"}
 FPS = 10
 POLICY = {  # a policy's window: camera and state at t-1 and t, an 8-step action chunk
@@ -57,17 +54,8 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 def peer_items(src: Path, tmp: Path) -> dict[str, np.ndarray]:
-    if not LEROBOT_PYTHON.exists():
-        why = f"{LEROBOT_PYTHON} is missing (the lerobot 0.6.1 venv)"
-        if in_ci():
-            pytest.fail(why + "; CI must run the LeRobot reader tests")
-        pytest.skip(why)
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
     dest = tmp / "peer.npz"
-    res = subprocess.run([str(LEROBOT_PYTHON), str(PEER), str(src), str(dest), json.dumps(SPECS)],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    run_lerobot(PEER, src, dest, json.dumps(SPECS), timeout=300)
     with np.load(dest) as z:
         return {k: z[k] for k in z.files}
 

@@ -7,9 +7,7 @@ writes) uses tools/make_lerobot.py's layout."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from ci import in_ci
+from lerobot_venv import PEERS, run_lerobot
 
 from shardstore.convert.lerobot.deep import check_deep
 from shardstore.episodes.problems import Problem
@@ -27,22 +25,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 from lerobot_faults import DATA, EPISODES, FAULTS, edit_json, edit_table, rows_of, seeded  # noqa: E402
 from make_lerobot import make_lerobot  # noqa: E402
 
-LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-
 
 @pytest.fixture(scope="module")
 def clean(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """3 episodes x 20 frames at 10 fps, written by LeRobot 0.6.1's recorder."""
-    if not LEROBOT_PYTHON.exists():
-        why = f"no LeRobot venv at {LEROBOT_PYTHON}"
-        if in_ci():
-            pytest.fail(why + "; CI must run the LeRobot writer tests")
-        pytest.skip(why)
     out = tmp_path_factory.mktemp("lerobot") / "clean"
-    subprocess.run(
-        [str(LEROBOT_PYTHON), str(ROOT / "tests/convert/lerobot_own_writer.py"), str(out), "3", "20"],
-        check=True, capture_output=True, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    run_lerobot(PEERS / "lerobot_own_writer.py", out, "3", "20")
     return out
 
 
@@ -123,8 +111,6 @@ def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
     on arrays with ties, constant columns, float32 and float64: equal, quantiles included."""
     from shardstore.convert.lerobot import stats as lstats
 
-    if not LEROBOT_PYTHON.exists():
-        pytest.skip(f"no LeRobot venv at {LEROBOT_PYTHON}")
     rng = np.random.default_rng(1)
     arrays = {}
     for t in range(60):
@@ -143,8 +129,7 @@ def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
         "np.savez(sys.argv[2], **{f'{k}/{s}': np.asarray(v) for k in z.files"
         " for s, v in get_feature_stats(z[k], axis=0, keepdims=False).items()})\n"
     )
-    subprocess.run([str(LEROBOT_PYTHON), "-c", script, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")],
-                   check=True, capture_output=True)
+    run_lerobot("-c", script, tmp_path / "in.npz", tmp_path / "out.npz")
     theirs = np.load(tmp_path / "out.npz")
     for key, x in arrays.items():
         for stat, value in lstats.vector_stats(x).items():

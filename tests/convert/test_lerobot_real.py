@@ -14,15 +14,13 @@ except in CI, where it fails.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from ci import in_ci
+from lerobot_venv import PEERS, run_lerobot
 
 from shardstore.convert.lerobot import check, export_lerobot, import_lerobot, read_lerobot, write_lerobot
 from shardstore.convert.lerobot.meta import column_numpy
@@ -32,10 +30,8 @@ from shardstore.episodes.model import Episode, EpisodeStream, FieldSpec, Schema
 from shardstore.errors import LeRobotFormatError
 
 ROOT = Path(__file__).resolve().parents[2]
-V30 = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-V21 = Path(os.environ.get("SHARDSTORE_LEROBOT03_VENV", ROOT / ".venv-lerobot03")) / "bin" / "python"
-PEER = Path(__file__).with_name("lerobot_peer.py")
-LOADER = {"v3.0": V30, "v2.1": V21}
+PEER = PEERS / "lerobot_peer.py"
+VERSIONS = ("v3.0", "v2.1")
 #: A window on one camera and the action (padded at the episodes' ends); the rest plain.
 DELTA = {"observation.images.front": [-0.1, 0.0], "action": [0.0, 0.1, 0.2, 0.3, 0.4]}
 BASE = ("min", "max", "mean", "std", "count")
@@ -46,24 +42,10 @@ BASE = ("min", "max", "mean", "std", "count")
 pytestmark = [pytest.mark.timeout(1800)]
 
 
-def run(python: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    if not python.exists():
-        why = f"{python} is missing (run `make lerobot`)"
-        if in_ci():
-            pytest.fail(why + "; CI must run the LeRobot reader tests")
-        pytest.skip(why)
-    full = dict(os.environ, CUDA_VISIBLE_DEVICES="", HF_HUB_OFFLINE="1", **(env or {}))
-    if not env or "PYTHONPATH" not in env:
-        full.pop("PYTHONPATH", None)
-    res = subprocess.run([str(python), *args], capture_output=True, text=True, timeout=600, env=full)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return res.stdout
-
-
 def lerobot_load(version: str, folder: Path) -> dict[str, Any]:
     """Everything LeRobot's loader gives for ``folder`` (see lerobot_peer.py)."""
     dest = folder.with_name(folder.name + ".npz")
-    run(LOADER[version], str(PEER), "load", str(folder), str(dest), json.dumps(DELTA))
+    run_lerobot(PEER, "load", folder, dest, json.dumps(DELTA), version=version)
     with np.load(dest) as z:
         out: dict[str, Any] = {k: z[k] for k in z.files if k != "__meta__"}
         out["meta"] = json.loads(str(z["__meta__"]))
@@ -75,9 +57,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The sources, made by LeRobot itself: v3.0 by lerobot 0.6.1, v2.1 by lerobot 0.3.3."""
     root = tmp_path_factory.mktemp("made")
     out = {}
-    for version, python in LOADER.items():
+    for version in VERSIONS:
         out[version] = root / version / "src"
-        run(python, str(PEER), "make", str(out[version]))
+        run_lerobot(PEER, "make", out[version], version=version)
     return out
 
 
@@ -166,7 +148,7 @@ def test_v21_to_v30_loads_and_lerobot_appends(made: dict, want: dict, imported: 
     assert_meta_equal(got, want["v2.1"])
     assert_quantiles_exact(got, out)
     # LeRobot's own writer appends an episode to the export, and reads it back
-    run(V30, str(PEER), "append", str(out))
+    run_lerobot(PEER, "append", out)
     after = lerobot_load("v3.0", out)
     assert after["meta"]["len"] == got["meta"]["len"] + 5
     assert after["meta"]["item_tasks"][-1] == "a task appended by LeRobot"
@@ -305,7 +287,7 @@ def test_shardstore_works_inside_the_lerobot_venv(made: dict, want: dict, tmp_pa
         "np.save(sys.argv[3], np.stack([view.step(1, t)['observation.images.wrist'] for t in range(7)]))\n"
     )
     dest = tmp_path / "frames.npy"
-    run(V30, "-c", script, str(made["v3.0"]), str(tmp_path / "ds"), str(dest), env={"PYTHONPATH": str(ROOT)})
+    run_lerobot("-c", script, made["v3.0"], tmp_path / "ds", dest, pythonpath=str(ROOT))
     frames = np.load(dest)
     for t in range(7):  # episode 1 starts at item 12
         lerobot = want["v3.0"][f"item/{12 + t}/observation.images.wrist"]

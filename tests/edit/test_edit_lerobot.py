@@ -6,14 +6,11 @@ except in CI, where it fails."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
-from ci import in_ci
+from lerobot_venv import PEERS, run_lerobot
 
 import shardstore
 from shardstore.convert.lerobot import export_lerobot, import_lerobot
@@ -22,25 +19,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 from make_lerobot import TASKS, make_lerobot  # noqa: E402
 
-LEROBOT_PYTHON = Path(os.environ.get("SHARDSTORE_LEROBOT_VENV", ROOT / ".venv-lerobot")) / "bin" / "python"
-PEER = ROOT / "tests/convert/lerobot_dataset_peer.py"  # lerobot's own loader, items to .npz
+PEER = PEERS / "lerobot_dataset_peer.py"  # lerobot's own loader, items to .npz
 CAMERAS = ("observation.images.front", "observation.images.wrist")
 LENGTH = 8
 
 
 def lerobot_load(root: Path, dest: Path, indices: list[int]) -> dict[str, np.ndarray]:
     """LeRobotDataset's items ``indices`` of the dataset at ``root`` (``{i}/{key}``) and its length."""
-    if not LEROBOT_PYTHON.exists():
-        why = f"{LEROBOT_PYTHON} is missing"
-        if in_ci():
-            pytest.fail(why + "; CI must run the LeRobot reader tests")
-        pytest.skip(why)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    env.pop("PYTHONPATH", None)
     spec = json.dumps([{"delta_timestamps": None, "episodes": None, "indices": indices}])
-    res = subprocess.run([str(LEROBOT_PYTHON), str(PEER), str(root), str(dest), spec],
-                         capture_output=True, text=True, timeout=300, env=env)
-    assert res.returncode == 0, res.stderr[-3000:]
+    run_lerobot(PEER, root, dest, spec, timeout=300)
     with np.load(dest) as z:
         return {k.split("/", 1)[1]: z[k] for k in z.files}
 
