@@ -203,15 +203,20 @@ def owner_gone(name: str, prefix: str, *, holding_lock: bool = False) -> bool:
 
 @dataclass
 class Recovery:
-    """What ``recover`` did: the folder it renamed back to ``.nv-meta``, the ones it removed."""
+    """What a recovery did beside a folder that is swapped into place (``.nv-meta`` here, an
+    import's or export's OUT in ``episodes.staging``): the aside it renamed back (``restored``), the
+    leftovers it removed. ``folder``, ``stopped`` (who stopped between the two renames) and
+    ``left_by`` (whose leftovers) word ``actions``'s lines."""
 
+    folder: str = META_DIR
+    stopped: str = "a re-prepare was interrupted"
+    left_by: str = "an interrupted prepare"
     restored: str | None = None
     removed: list[str] = field(default_factory=list)
 
     def actions(self) -> list[str]:
-        out = [f"restored {META_DIR} from {self.restored} (a re-prepare was interrupted between its renames)"] if self.restored else []
-        out += [f"removed {name} (left by an interrupted prepare)" for name in self.removed]
-        return out
+        out = [f"restored {self.folder} from {self.restored} ({self.stopped} between its renames)"] if self.restored else []
+        return out + [f"removed {name} (left by {self.left_by})" for name in self.removed]
 
 
 def recover(root: str, *, holding_lock: bool) -> Recovery:

@@ -27,13 +27,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import TracebackType
 
 from .. import metaswap
 from ..errors import ConfigError, OutputLockedError, ShardstoreError, StorageError, from_library
 
-__all__ = ["StagedFolder", "Recovery", "recover", "recover_unlocked"]
+__all__ = ["StagedFolder", "recover", "recover_unlocked"]
 
 
 def _names(out: str) -> tuple[str, str, str, str]:
@@ -128,19 +127,7 @@ class StagedFolder:
             self._lock = None
 
 
-@dataclass
-class Recovery:
-    """What ``recover`` did to an output folder's surroundings."""
-
-    restored: str | None = None
-    removed: list[str] = field(default_factory=list)
-
-    def actions(self) -> list[str]:
-        out = [f"restored the output folder from {self.restored} (a writer was killed between its renames)"] if self.restored else []
-        return out + [f"removed {name} (left by a killed import or export)" for name in self.removed]
-
-
-def recover(out: str, *, holding_lock: bool) -> Recovery:
+def recover(out: str, *, holding_lock: bool) -> metaswap.Recovery:
     """Undo or clean what killed writers of the folder ``out`` left beside it.
 
     - no ``out`` but an ``-old`` folder: it is the old ``out`` (a writer was killed between its two
@@ -151,7 +138,7 @@ def recover(out: str, *, holding_lock: bool) -> Recovery:
     """
     out = os.path.abspath(out)
     parent, staging, aside, _ = _names(out)
-    done = Recovery()
+    done = metaswap.Recovery("the output folder", "a writer was killed", "a killed import or export")
     try:
         names = sorted(os.listdir(parent))
     except OSError:
@@ -173,7 +160,7 @@ def recover(out: str, *, holding_lock: bool) -> Recovery:
     return done
 
 
-def recover_unlocked(out: str) -> Recovery:
+def recover_unlocked(out: str) -> metaswap.Recovery:
     """``recover`` for a reader (``shardstore check``): under ``out``'s lock when it is free (its
     lock file removed after), else only what dead processes of this host left."""
     try:
