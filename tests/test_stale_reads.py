@@ -238,16 +238,6 @@ def test_tar_idx_without_a_recorded_digest_reads(ds_path: Path, without: str) ->
     assert ds[2]["bin"] == payload("k2", "bin")
 
 
-def test_prepare_update_keeps_the_digest_of_kept_shards(ds_path: Path) -> None:
-    before = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
-    write_shard(ds_path / "parts/c.tar", ["n0"])
-    shardstore.prepare(str(ds_path), update=True, num_workers=1)
-    after = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
-    assert after[SHARD]["tar_idx"] == before[SHARD]["tar_idx"]
-    assert after["parts/c.tar"]["tar_idx"] not in (before[SHARD]["tar_idx"], None)
-    assert shardstore.open(str(ds_path)).get("n0")["bin"] == payload("n0", "bin")
-
-
 def _sql(root: Path, statement: str) -> None:
     db = sqlite3.connect(root / ".nv-meta" / "index.sqlite")
     with db:

@@ -34,13 +34,14 @@ DIGEST_SCHEME = "b2"
 
 def digest(data: bytes | np.ndarray) -> str:
     """The digest of a ``.tar.idx`` file's content (its bytes, or the array read from them)."""
-    return f"{DIGEST_SCHEME}:{hashlib.blake2b(memoryview(data).cast('B'), digest_size=16).hexdigest()}"
+    view = data if isinstance(data, bytes) else np.ascontiguousarray(data).data
+    return f"{DIGEST_SCHEME}:{hashlib.blake2b(view, digest_size=16).hexdigest()}"
 
 
 def check_digest(offsets: np.ndarray, recorded: object, where: str) -> None:
     """``IndexCorruptError`` naming ``where`` unless ``offsets`` hash to the digest prepare
     ``recorded``; nothing to compare (None, or another scheme: a dataset Energon or an older
-    shardstore prepared) passes. One hash of the file, at ~1 GB/s: done once per load."""
+    shardstore prepared) passes. One hash of the file per load (0.05 ms for a 5,000-sample shard)."""
     if not isinstance(recorded, str) or not recorded.startswith(DIGEST_SCHEME + ":"):
         return
     if digest(offsets) != recorded:
