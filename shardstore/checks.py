@@ -35,7 +35,7 @@ from .errors import (
     place_message,
 )
 from .index.sqlite import IndexReader
-from .index.taridx import read_offsets
+from .index.taridx import check_digest, read_offsets
 from .jsonl import idx_name, is_jsonl, jsonl_offsets, split_url
 from .keys import group_batches, member_name
 from .storage import Storage, is_remote_url, open_storage
@@ -538,12 +538,14 @@ def _check_shard(
     """All checks of one shard; returns how many index rows it has."""
     idx_rel = nvmeta.tar_idx_path(shard)
     offsets: np.ndarray | None = None
+    recorded = stats.get(shard) if stats is not None else None
     try:
         offsets = _read_taridx(storage, shard)
         if len(offsets) != count + 1:
             problems.add(Problem(
                 "tar.idx", storage.url(idx_rel), f"{len(offsets) - 1} samples, .info.json says {count}"
             ))
+        check_digest(offsets, (recorded or {}).get("tar_idx"), storage.url(idx_rel))
     except StorageError:
         what = "missing" if count else "missing and the shard has no samples (Energon skips shards it cannot read)"
         problems.add(Problem("tar.idx", storage.url(idx_rel), f"{what}; run `shardstore prepare --tar-index-only`"))
@@ -554,7 +556,6 @@ def _check_shard(
         stat = storage.stat(shard)
         end = int(offsets[-1]) if offsets is not None and len(offsets) else 0
         local = storage.local_path("") is not None
-        recorded = stats.get(shard) if stats is not None else None
         same_bytes = (
             (lambda: shardprint.matches(storage, shard, offsets, recorded.get("fingerprint")))
             if offsets is not None and recorded is not None

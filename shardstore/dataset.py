@@ -34,7 +34,7 @@ from .errors import (
     StorageError,
 )
 from .index.sqlite import IndexReader, SampleLocation
-from .index.taridx import load_offsets
+from .index.taridx import check_digest, load_offsets
 from .keys import split_name
 from .member_reads import MemberReads
 from .resources import Closeable
@@ -214,8 +214,9 @@ class Dataset(MemberReads, Closeable):
 
     @property
     def _sizes(self) -> dict[str, dict[str, Any]]:
-        """Shard -> its ``size`` (and ``etag``) at prepare, from ``shardstore.json``, read when
-        first needed (the first shard check): opening a dataset does not wait for it."""
+        """Shard -> its ``size`` (and ``etag``, fingerprint, ``.tar.idx`` digest) at prepare, from
+        ``shardstore.json``, read when first needed (a shard's first read): opening a dataset does
+        not wait for it."""
         if self._prepared is None:
             self._prepared = self._recorded_stats()
         return self._prepared
@@ -317,6 +318,8 @@ class Dataset(MemberReads, Closeable):
         return self._index
 
     def _shard_offsets(self, shard: ShardRef) -> np.ndarray:
+        """The shard's ``.tar.idx`` offsets, loaded and checked once (whole, never decreasing, as
+        many as ``.info.json`` counts, and hashing to the digest prepare recorded, if any)."""
         arr = self._offsets.get(shard.tar_file_id)
         if arr is None:
             rel = nvmeta.tar_idx_path(shard.name)
@@ -339,6 +342,7 @@ class Dataset(MemberReads, Closeable):
                     f".tar.idx has {len(arr) - 1} samples, .info.json says {shard.count}: rerun prepare",
                     path=self.storage.url(rel),
                 )
+            check_digest(arr, self._sizes.get(shard.name, {}).get("tar_idx"), self.storage.url(rel))
             self._offsets[shard.tar_file_id] = arr
         return arr
 

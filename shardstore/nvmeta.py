@@ -69,7 +69,8 @@ SPLIT_YAML = "split.yaml"
 DATASET_YAML = "dataset.yaml"
 INDEX_SQLITE = "index.sqlite"
 INDEX_UUID = "index.uuid"
-#: shardstore's own metadata beside Energon's: each shard's size and mtime or ETag at prepare.
+#: shardstore's own metadata beside Energon's: each shard's size and mtime or ETag at prepare, its
+#: fingerprint and its ``.tar.idx`` digest.
 SHARDSTORE_JSON = "shardstore.json"
 #: The ``shardstore.json`` format this version writes, and the newest it reads.
 SHARDSTORE_FORMAT = 1
@@ -412,7 +413,7 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(f"invalid {SHARDSTORE_JSON}: {e}", path=storage.url(rel)) from e
     for name, entry in recorded.items():
-        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,)), ("fingerprint", (str,))):
+        for key, types in (("size", (int,)), ("mtime", (int, float)), ("etag", (str,)), ("fingerprint", (str,)), ("tar_idx", (str,))):
             value = entry.get(key)
             if key in entry and (isinstance(value, bool) or not isinstance(value, types) or (key == "size" and isinstance(value, int) and value < 0)):
                 raise ConfigError(f"invalid {key} {value!r}", path=storage.url(rel), member=f"shards {name}", noun="key")
@@ -425,13 +426,14 @@ def read_shardstore_json(storage: Storage) -> dict[str, dict[str, Any]] | None:
     return recorded
 
 
-def shardstore_json_bytes(stats: Mapping[str, FileStat], fingerprints: Mapping[str, str] | None = None) -> bytes:
+def shardstore_json_bytes(stats: Mapping[str, FileStat], fields: Mapping[str, Mapping[str, str]] | None = None) -> bytes:
     """``shardstore.json`` for the shards' stats at prepare, in :data:`SHARDSTORE_FORMAT`; fields a
-    backend does not give (``mtime`` remotely, ``etag`` locally) are left out. ``fingerprints``:
-    shard -> ``shardprint`` fingerprint (an optional field, ignored by readers that predate it)."""
-    prints = fingerprints or {}
+    backend does not give (``mtime`` remotely, ``etag`` locally) are left out. ``fields``: shard ->
+    its optional fields (``fingerprint``: ``shardprint``'s; ``tar_idx``: ``taridx.digest`` of its
+    ``.tar.idx``), which readers that predate them ignore."""
+    extra = fields or {}
     shards = {
-        name: {k: v for k, v in asdict(stat).items() if v is not None} | ({"fingerprint": prints[name]} if name in prints else {})
+        name: {k: v for k, v in asdict(stat).items() if v is not None} | dict(extra.get(name, {}))
         for name, stat in stats.items()
     }
     return json.dumps({"format": SHARDSTORE_FORMAT, "shards": shards}, indent=1).encode()

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 
 from . import metaswap, nvmeta, shardprint
 from .errors import ConfigError, LinkLoopWarning, ShardstoreError, StorageError, WorkerDiedError
+from .index import taridx
 from .index.sqlite import IndexWriter
 from .index.taridx import offsets_bytes
 from .media import MediaFilter
@@ -575,6 +576,7 @@ def _prepare_locked(
     counts: dict[str, int] = {}
     stats: dict[str, FileStat] = {}
     sampled: dict[str, list[ByteRange]] = {}  # shard -> the ranges its fingerprint hashes
+    idx_digests: dict[str, str] = {}  # shard -> the digest of the .tar.idx written for it
     part_names: Counter[str] = Counter()
     total_bytes = n_parts = 0
     scans: Generator[tuple[ShardScan, bool], None, None] | None = None
@@ -591,8 +593,6 @@ def _prepare_locked(
             if i in kept and plan is not None and writer is not None:  # --update: an unchanged shard
                 parts, names = writer.copy(kept[i], i)
                 counts[name], stats[name] = plan.counts[name], plan.stats[name]
-                if name in plan.fingerprints:
-                    sampled[name] = []  # its recorded fingerprint is kept below
                 total_bytes += stats[name].size
                 n_parts += parts
                 part_names.update(names)
@@ -601,6 +601,7 @@ def _prepare_locked(
             if staging is not None:
                 idx = offsets_bytes(scan.offsets)
                 staging.write_tar_idx(nvmeta.tar_idx_path(scan.name), idx)
+                idx_digests[scan.name] = taridx.digest(idx)
                 if fresh and store is not None:
                     store.save(scan, idx)
                     saved += 1
@@ -643,9 +644,12 @@ def _prepare_locked(
             staging.write(nvmeta.INFO_YAML, nvmeta.info_yaml_bytes(info))
         staging.write(nvmeta.SPLIT_YAML, nvmeta.splits_bytes(nvmeta.Splits(split_map)))
         prints = shardprint.fingerprints(storage, {name: rngs for name, rngs in sampled.items() if rngs})
-        if plan is not None:
-            prints.update({name: plan.fingerprints[name] for name, rngs in sampled.items() if not rngs})
-        staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats, prints))
+        fields = {name: {"fingerprint": prints[name]} if name in prints else {} for name in stats}
+        for name, idx_digest in idx_digests.items():
+            fields[name]["tar_idx"] = idx_digest
+        if plan is not None:  # a kept shard keeps what was recorded of it
+            fields.update({name: plan.fields[name] for name in plan.stats})
+        staging.write(nvmeta.SHARDSTORE_JSON, nvmeta.shardstore_json_bytes(stats, fields))
         staging.write(nvmeta.INDEX_UUID, new_uuid)
         asked = time.perf_counter()
         if sample_type is None and not skip_dataset_yaml and choose_dataset_yaml is not None:

@@ -40,12 +40,17 @@ class UpdatePlan:
     index_path: str
     temporary: bool
     dropped: list[str] = field(default_factory=list)
-    #: kept shard -> its recorded ``shardprint`` fingerprint (kept as recorded: the shard is unchanged)
-    fingerprints: dict[str, str] = field(default_factory=dict)
+    #: kept shard -> its recorded ``fingerprint`` and ``tar_idx`` digest (kept as recorded: the
+    #: shard and its ``.tar.idx`` are unchanged)
+    fields: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def close(self) -> None:
         if self.temporary and os.path.exists(self.index_path):
             os.unlink(self.index_path)
+
+
+#: The fields of ``shardstore.json`` that ``--update`` keeps for a kept shard.
+_KEPT_FIELDS = ("fingerprint", "tar_idx")
 
 
 def _unchanged(recorded: dict[str, Any] | None, stat: FileStat) -> bool:
@@ -72,22 +77,21 @@ def plan_update(storage: Storage, shards: Sequence[str], drop_missing: bool) -> 
             path=storage.url(gone[0]),
         )
     old_ids = {name: i for i, name in enumerate(info.shards)}
-    kept, stats, fingerprints = {}, {}, {}
+    kept, stats, fields = {}, {}, {}
     for i, name in enumerate(shards):
         if name not in old_ids:
             continue
         stat = storage.stat(name)
         if _unchanged(recorded.get(name), stat) and storage.exists(nvmeta.tar_idx_path(name)):
             kept[i], stats[name] = old_ids[name], stat
-            if isinstance(recorded[name].get("fingerprint"), str):
-                fingerprints[name] = recorded[name]["fingerprint"]
+            fields[name] = {k: v for k in _KEPT_FIELDS if isinstance(v := recorded[name].get(k), str)}
     local = storage.local_path(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}")
     temporary = local is None
     if local is None:
         local = scratch_path(".sqlite")
         with open(local, "wb") as f:
             f.write(storage.read(f"{nvmeta.META_DIR}/{nvmeta.INDEX_SQLITE}"))
-    return UpdatePlan(kept, stats, info.shard_counts, nvmeta.read_splits(storage), local, temporary, gone, fingerprints)
+    return UpdatePlan(kept, stats, info.shard_counts, nvmeta.read_splits(storage), local, temporary, gone, fields)
 
 
 def update_splits(

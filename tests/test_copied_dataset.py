@@ -26,6 +26,7 @@ from shardstore import shardprint
 from shardstore.cli import main
 from shardstore.errors import StaleIndexError
 from shardstore.filestores import IndexedTarStore
+from shardstore.index import taridx
 
 ds_path = test_stale_reads.ds_path  # the fixture: a prepared dataset of two shards, to copy
 
@@ -116,12 +117,14 @@ def test_index_without_fingerprint_names_the_copy_as_a_likely_cause(ds_path: Pat
     assert "prepare" in str(info.value)
 
 
-def test_prepare_update_keeps_the_fingerprint_of_kept_shards(ds_path: Path) -> None:
+def test_prepare_update_keeps_the_fingerprint_and_tar_idx_digest_of_kept_shards(ds_path: Path) -> None:
     before = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
     write_shard(ds_path / "parts/c.tar", ["n0"])
     shardstore.prepare(str(ds_path), update=True, num_workers=1)
     after = json.loads((ds_path / ".nv-meta/shardstore.json").read_text())["shards"]
     assert after[SHARD]["fingerprint"] == before[SHARD]["fingerprint"]
     assert after["parts/c.tar"]["fingerprint"].startswith(shardprint.SCHEME)
+    assert after[SHARD]["tar_idx"] == before[SHARD]["tar_idx"]
+    assert after["parts/c.tar"]["tar_idx"] == taridx.digest((ds_path / "parts/c.tar.idx").read_bytes())
     os.utime(ds_path / SHARD, (1_000_000_000, 1_000_000_000))
     assert shardstore.open(str(ds_path)).get("k4")["bin"] == payload("k4", "bin")

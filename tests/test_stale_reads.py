@@ -7,6 +7,7 @@ never return another member's bytes. The mount's side is in tests/mount/test_mou
 from __future__ import annotations
 
 import io
+import json
 import os
 import sqlite3
 import subprocess
@@ -23,6 +24,7 @@ import shardstore
 from shardstore.cli import main
 from shardstore.errors import IndexCorruptError, StaleIndexError
 from shardstore.filestores import IndexedTarStore
+from shardstore.index.taridx import DIGEST_SCHEME as TARIDX_SCHEME
 from shardstore.membercheck import HEADER_SPAN
 
 KEYS = [f"k{i}" for i in range(6)]
@@ -181,6 +183,59 @@ def test_corrupt_tar_idx_is_a_typed_error_on_every_position_path(ds_path: Path, 
         assert "\n" not in str(info.value)
         if damage != "last-1e12":
             assert isinstance(info.value, IndexCorruptError) and info.value.path.endswith("a.tar.idx")
+
+
+# A member is 1,024 bytes here (a 512-byte header, 300 bytes of data padded to 512), a sample two
+# members: moves by whole members land on other headers, so the parse alone cannot tell.
+MEMBER = 1024
+
+
+@pytest.mark.parametrize(
+    "move",
+    [
+        pytest.param(lambda o: o + MEMBER, id="all-plus-2-blocks"),  # the last sample loses a part
+        pytest.param(lambda o: np.concatenate([o[:2], o[2:3] + MEMBER, o[3:]]), id="one-start-plus-2-blocks"),
+        pytest.param(lambda o: np.concatenate([o[:2], o[2:3] - MEMBER, o[3:]]), id="one-start-minus-2-blocks"),
+        pytest.param(lambda o: o + 2 * MEMBER, id="all-plus-one-sample"),  # every position reads its neighbour
+        pytest.param(lambda o: np.concatenate([o[:-1], o[-1:] - MEMBER]), id="end-minus-2-blocks"),
+    ],
+)
+def test_tar_idx_offsets_moved_by_whole_members_are_refused(ds_path: Path, move: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Offsets moved by whole members still land on tar headers: a read by position parses a
+    sample there, short of a part or another sample whole, and nothing in the range says so. The
+    ``.tar.idx`` digest prepare records in ``shardstore.json`` refuses the file on the shard's
+    first read, on every position path; the other shard reads on."""
+    offs = np.fromfile(_idx(ds_path), dtype="<u8").astype(np.int64)
+    _set_idx(ds_path, move(offs))
+    for read in (
+        lambda ds: [ds[i] for i in range(len(KEYS))],
+        lambda ds: ds.get_many(range(len(KEYS))),
+        lambda ds: list(ds),
+        lambda ds: ds.get("k2"),
+    ):
+        with pytest.raises(IndexCorruptError, match="prepare") as info:
+            read(shardstore.open(str(ds_path)))
+        assert info.value.path.endswith("a.tar.idx") and "\n" not in str(info.value)
+    ds = shardstore.open(str(ds_path))
+    assert ds[len(KEYS)]["bin"] == payload("m0", "bin") and ds.get("m1")["txt"] == payload("m1", "txt")
+    res = CliRunner().invoke(main, ["check", str(ds_path)])
+    assert res.exit_code == 1 and "a.tar.idx" in res.output and "prepare wrote" in res.output
+
+
+@pytest.mark.parametrize("without", ["digest", "shardstore.json"])
+def test_tar_idx_without_a_recorded_digest_reads(ds_path: Path, without: str) -> None:
+    """A dataset Energon prepared has no ``shardstore.json``, one prepared by an older shardstore
+    no ``tar_idx`` digest in it: both read as before."""
+    meta = ds_path / ".nv-meta/shardstore.json"
+    if without == "digest":
+        data = json.loads(meta.read_text())
+        assert all(entry.pop("tar_idx").startswith(TARIDX_SCHEME + ":") for entry in data["shards"].values())
+        meta.write_text(json.dumps(data))
+    else:
+        meta.unlink()
+    ds = shardstore.open(str(ds_path))
+    assert [s["__key__"] for s in ds] == KEYS + ["m0", "m1"]
+    assert ds[2]["bin"] == payload("k2", "bin")
 
 
 def _sql(root: Path, statement: str) -> None:

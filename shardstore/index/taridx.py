@@ -2,10 +2,16 @@
 
 Energon's training reader needs these files; shardstore reads them so position -> byte range is
 two array reads, no SQL.
+
+Offsets moved by whole members (two 512-byte blocks for a small member) still land on tar
+headers: a read by position then parses a sample there, short of a part or another sample whole,
+and nothing in its byte range says so. So shardstore's prepare records a digest of each file in
+``shardstore.json`` (``tar_idx``), and a reader compares it once, when it loads the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 
@@ -13,13 +19,37 @@ import numpy as np
 
 from ..errors import IndexCorruptError
 
-__all__ = ["read_offsets", "offsets_bytes", "load_offsets", "MAP_ABOVE"]
+__all__ = ["read_offsets", "offsets_bytes", "load_offsets", "MAP_ABOVE", "DIGEST_SCHEME", "digest", "check_digest"]
 
 _DTYPE = np.dtype("<u8")
 
 #: Files up to this size are read into memory, bigger ones memory-mapped: a mapping keeps a
 #: descriptor open for as long as it lives (Python's mmap holds a duplicate), one per shard read.
 MAP_ABOVE = 4 << 20
+
+
+#: Names how a ``tar_idx`` digest was taken; a recorded one of another scheme is not compared.
+DIGEST_SCHEME = "b2"
+
+
+def digest(data: bytes | np.ndarray) -> str:
+    """The digest of a ``.tar.idx`` file's content (its bytes, or the array read from them)."""
+    view = data if isinstance(data, bytes) else np.ascontiguousarray(data).data
+    return f"{DIGEST_SCHEME}:{hashlib.blake2b(view, digest_size=16).hexdigest()}"
+
+
+def check_digest(offsets: np.ndarray, recorded: object, where: str) -> None:
+    """``IndexCorruptError`` naming ``where`` unless ``offsets`` hash to the digest prepare
+    ``recorded``; nothing to compare (None, or another scheme: a dataset Energon or an older
+    shardstore prepared) passes. One hash of the file per load (0.05 ms for a 5,000-sample shard)."""
+    if not isinstance(recorded, str) or not recorded.startswith(DIGEST_SCHEME + ":"):
+        return
+    if digest(offsets) != recorded:
+        raise IndexCorruptError(
+            ".tar.idx differs from the one prepare wrote (its digest in shardstore.json): "
+            "its offsets were changed since; rerun prepare",
+            path=where,
+        )
 
 
 def offsets_bytes(offsets: Sequence[int] | np.ndarray) -> bytes:

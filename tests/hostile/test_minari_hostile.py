@@ -171,3 +171,26 @@ def test_an_arrow_buffer_declaring_2_40_bytes(tmp_path: Path, monkeypatch: pytes
         import_minari(src, tmp_path / "out")
     assert file.name in str(e.value) and isinstance(e.value.__cause__, pa.ArrowException | OSError)
     refused("import", "minari", src, tmp_path / "out2", "--quiet", expect=file.name)
+
+
+@pytest.mark.parametrize(
+    "name", ["data/a\\..\\..\\hostile.json", "data/new\nline.json", "../../hostile.json", "/tmp/hostile.json", "data/\x00.json"]
+)
+def test_export_refuses_a_kept_file_name_that_is_not_plain(source: Path, tmp_path: Path, name: str) -> None:
+    """Kept source files are written back by name on export (``.nv-meta/source``, listed in
+    ``episodes.sqlite``): the name is the dataset's, so checked before anything is written."""
+    import sqlite3
+
+    from shardstore.convert.minari import export_minari
+
+    ds = tmp_path / "ds"
+    import_minari(source, ds)
+    db = sqlite3.connect(ds / ".nv-meta" / "episodes.sqlite")
+    db.execute("INSERT INTO source_files VALUES (?, 2)", (name,))
+    db.commit()
+    db.close()
+    with pytest.raises(PathEscapeError, match="refused"):
+        export_minari(ds, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.rglob("hostile.json"))
+    assert not Path("/tmp/hostile.json").exists()
+    refused("export", "minari", ds, tmp_path / "out", expect="refused")

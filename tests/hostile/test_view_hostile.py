@@ -66,7 +66,7 @@ def test_granularity_step_cli(ds: Path, tmp_path: Path) -> None:
     refused("export", "rlds", ds, tmp_path / "out", expect=("episode 2", "rerun"))
 
 
-@pytest.mark.parametrize("store", ["../victim/.videos", "/tmp/x/.videos", ".videos\n", "a\\..\\..\\b"])
+@pytest.mark.parametrize("store", ["../victim/.videos", "/tmp/x/.videos", ".videos\n", "a\\..\\..\\b", ".vid\x00eos"])
 def test_video_store_stays_in_the_dataset(ds: Path, store: str) -> None:
     path = ds / ".nv-meta" / "schema.json"
     schema = json.loads(path.read_text())
