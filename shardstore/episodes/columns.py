@@ -45,7 +45,7 @@ from .model import FLAG_FIELDS, FieldSpec, Schema, StepValues
 from .npy import npy_header, parse_header
 from .video import VideoRef, refs_to_bytes
 
-__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnLayout", "encode_columns", "row_dtype"]
+__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnEpisode", "ColumnLayout", "RecentEpisodes", "encode_columns", "row_dtype"]
 
 STEPS_PART = "steps.npy"
 BLOBS_PART = "blobs.bin"
@@ -163,21 +163,79 @@ def encode_columns(
     return parts, starts.tobytes() + lows.tobytes() if variable else b""
 
 
+#: What a record's columns decode to, in ``ColumnLayout.row``'s plan.
+_ARRAY, _MEDIA, _TEXT, _VIDEO = range(4)
+#: Bytes of a media or text field's columns (offset, size: ``QQ``) and a video field's (file,
+#: timestamp, frame: ``Idq``).
+_SPAN_BYTES, _REF_BYTES = struct.calcsize("<QQ"), struct.calcsize("<Idq")
+#: The episodes a view keeps opened (``RecentEpisodes``), and the bytes of their row starts.
+_RECENT, _RECENT_BYTES = 4096, 64 << 20
+
+
 @dataclass(frozen=True, slots=True)
 class _Column:
-    """Where one field's value lies in a record: its byte offset (of the first of its columns), and
-    for an array field the dtype and shape of its value and its size."""
+    """How ``ColumnLayout.row`` takes one field's value from a record: its kind (``_ARRAY`` ..),
+    for an array the byte offset, dtype, shape and size of its value, for the others the index of
+    its first column in the tuple ``ColumnLayout.unpack`` gives (offset then size; file, timestamp
+    then frame), and whether the final ``steps+1`` row lacks it."""
 
-    field: FieldSpec
+    name: str
+    kind: int
     offset: int
     dtype: np.dtype
     shape: tuple[int, ...]
     size: int
+    steps_only: bool
 
 
-#: A media or text field's columns (offset, size) and a video field's (file, timestamp, frame).
-_SPAN = struct.Struct("<QQ")
-_VIDEO = struct.Struct("<Idq")
+@dataclass(frozen=True, slots=True)
+class ColumnEpisode:
+    """One episode of the columns layout, located and checked once (``ColumnLayout.open``) so that
+    a step is one read and a few indexings: the view keeps the episodes it read last
+    (``RecentEpisodes``). Offsets are the shard's; ``starts`` is the episode index's table of row
+    starts in ``blobs.bin`` (``encode_columns``' second value), None without media or text fields
+    or from an older index."""
+
+    shard: str
+    where: str
+    steps: int
+    rows: int
+    records: int
+    blobs: int
+    blob_bytes: int
+    starts: np.ndarray | None
+
+
+class RecentEpisodes:
+    """The episodes a view opened last (``ColumnLayout.open``), by position: at most ``_RECENT``
+    of them and ``_RECENT_BYTES`` of row starts, the least recently read dropped first. Safe from
+    several threads without a lock (a lost entry is opened again); pickles empty."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, ColumnEpisode] = {}
+        self._bytes = 0
+
+    def get(self, e: int) -> ColumnEpisode | None:
+        ep = self._kept.pop(e, None)
+        if ep is not None:
+            self._kept[e] = ep  # now the most recent
+        return ep
+
+    def put(self, e: int, ep: ColumnEpisode) -> None:
+        self._bytes += _nbytes(ep)
+        self._kept[e] = ep
+        while len(self._kept) > _RECENT or self._bytes > _RECENT_BYTES:
+            try:
+                self._bytes -= _nbytes(self._kept.pop(next(iter(self._kept))))
+            except (KeyError, RuntimeError, StopIteration):  # another thread's change meanwhile
+                break
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_kept": {}, "_bytes": 0}
+
+
+def _nbytes(ep: ColumnEpisode) -> int:
+    return 0 if ep.starts is None else ep.starts.nbytes
 
 
 @dataclass(frozen=True)
@@ -188,18 +246,29 @@ class ColumnLayout:
     dtype: np.dtype
     variable: tuple[FieldSpec, ...]
     columns: tuple[_Column, ...]
+    #: One ``struct`` unpack of a record's media, text and video columns (array and flag bytes skipped).
+    unpack: struct.Struct
     _rows_at: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, schema: Schema) -> ColumnLayout:
         variable = tuple(f for f in schema.fields if f.kind in ("media", "text"))
         dtype = row_dtype(schema)
-        columns = []
+        columns, fmt, at, index = [], "<", 0, 0
         for f in schema.fields:
-            name = f.name if f.kind == "array" else f"{f.name}/file" if f.kind == "video" else f"{f.name}/offset"
-            sub, offset = dtype.fields[name][:2]  # type: ignore[index]
-            columns.append(_Column(f, offset, sub.base, sub.shape, sub.itemsize))
-        return cls(schema, dtype, variable, tuple(columns))
+            steps_only = f.rows == "steps"
+            if f.kind == "array":
+                sub, offset = dtype.fields[f.name][:2]  # type: ignore[index]
+                columns.append(_Column(f.name, _ARRAY, offset, sub.base, sub.shape, sub.itemsize, steps_only))
+                continue
+            video = f.kind == "video"
+            offset = dtype.fields[f"{f.name}/file" if video else f"{f.name}/offset"][1]  # type: ignore[index]
+            fmt += f"{offset - at}x" + ("Idq" if video else "QQ")
+            at = offset + (_REF_BYTES if video else _SPAN_BYTES)
+            kind = _VIDEO if video else _TEXT if f.kind == "text" else _MEDIA
+            columns.append(_Column(f.name, kind, index, dtype, (), 0, steps_only))
+            index += 3 if video else 2
+        return cls(schema, dtype, variable, tuple(columns), struct.Struct(fmt))
 
     def rows_at(self, rows: int) -> int:
         """Offset of ``steps.npy``'s first record from the sample's first byte."""
@@ -208,41 +277,65 @@ class ColumnLayout:
             at = self._rows_at[rows] = _BLOCK + len(npy_header(self.dtype, (rows,)))
         return at
 
-    def row(self, record: bytes | memoryview, blobs: bytes | memoryview, base: int, t: int, steps: int, videos: list[str],
-            where: str) -> dict[str, Any]:
-        """Every field's value in row ``t`` (``record``: its bytes; ``blobs``: ``blobs.bin`` from
-        its byte ``base``): what a step read returns, without numpy's per-call cost on one row
-        (``fields`` does many rows). A ``steps`` field has no value in the final ``steps+1`` row."""
+    def open(self, shard: str, start: int, end: int, steps: int, rows: int, starts: np.ndarray | None,
+             where: str) -> ColumnEpisode:
+        """The episode whose sample spans bytes ``start .. end`` of ``shard``, its ``rows`` records
+        checked to fit in it and the episode index's row starts (``starts``) to be in order and
+        within ``blobs.bin``: what lets a step or window read trust them (``DecodeError`` if not)."""
+        size = self.dtype.itemsize
+        records = start + self.rows_at(rows)
+        if records + rows * size > end:
+            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where, noun="")
+        if not self.variable:
+            return ColumnEpisode(shard, where, steps, rows, records, records, 0, None)
+        blobs = start + self.blobs_at(rows)
+        if starts is not None:
+            if len(starts) != 2 * rows + 1:
+                raise DecodeError(f"{len(starts)} row starts in the episode index for {rows} rows", member=where, noun="")
+            s = starts.astype(np.int64)  # beyond 2**63: negative, refused below
+            begin, lows = s[: rows + 1], s[rows + 1 :]
+            if (begin[0] < 0 or begin[-1] > end - blobs or (np.diff(begin) < size).any()
+                    or (lows > begin[:-1]).any() or (lows[:1] != begin[:1]).any() or (lows[1:] < begin[:-2]).any()):
+                raise DecodeError(f"the episode index's row starts are out of order or outside the {end - blobs} "
+                                  "bytes of blobs.bin", member=where, noun="")
+        return ColumnEpisode(shard, where, steps, rows, records, blobs, end - blobs, starts)
+
+    def row(self, record: bytes | memoryview, at: int, blobs: bytes | memoryview, base: int, t: int, steps: int,
+            videos: list[str], where: str) -> dict[str, Any]:
+        """Every field's value in row ``t`` (its record at byte ``at`` of ``record``; ``blobs``:
+        ``blobs.bin`` from its byte ``base``, often the same read): what a step read returns,
+        without numpy's per-call cost on one row (``fields`` does many rows). A ``steps`` field has
+        no value in the final ``steps+1`` row."""
         out: dict[str, Any] = {}
-        limit = len(blobs)
+        limit = len(blobs) + base
+        values = self.unpack.unpack_from(record, at)
+        last = t >= steps
         for c in self.columns:
-            f = c.field
-            if t >= steps and f.rows == "steps":
+            if last and c.steps_only:
                 continue
-            kind = f.kind
-            if kind == "media":  # the common kinds first: this runs for every field of every step read
-                start, size = _SPAN.unpack_from(record, c.offset)
-                start -= base
-                if start < 0 or start + size > limit:
-                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {limit} "
-                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
-                out[f.name] = bytes(blobs[start : start + size])
-            elif kind == "array":  # writable, one copy
-                out[f.name] = np.ndarray(c.shape, c.dtype, bytearray(record[c.offset : c.offset + c.size]))
-            elif kind == "video":
-                i, timestamp, frame = _VIDEO.unpack_from(record, c.offset)
-                if i >= len(videos):
+            kind = c.kind
+            if kind == _MEDIA:  # the common kinds first: this runs for every field of every step read
+                i = c.offset
+                start, size = values[i], values[i + 1]
+                if start < base or start + size > limit:
+                    raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
+                                      member=f"{where}, field {c.name!r}")
+                out[c.name] = bytes(blobs[start - base : start - base + size])
+            elif kind == _ARRAY:  # writable, one copy
+                out[c.name] = np.ndarray(c.shape, c.dtype, bytearray(record[at + c.offset : at + c.offset + c.size]))
+            elif kind == _VIDEO:
+                i = c.offset
+                if values[i] >= len(videos):
                     raise DecodeError("a frame reference names a video file the schema does not list",
-                                      member=f"{where}, field {f.name!r}")
-                out[f.name] = VideoRef(videos[i], timestamp, frame)
+                                      member=f"{where}, field {c.name!r}")
+                out[c.name] = VideoRef(videos[values[i]], values[i + 1], values[i + 2])
             else:
-                start, size = _SPAN.unpack_from(record, c.offset)
-                start -= base
-                if start < 0 or start + size > len(blobs):
-                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {len(blobs)} "
-                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
-                value = bytes(blobs[start : start + size])
-                out[f.name] = _texts([value], f"{where}, field {f.name!r}")[0] if f.kind == "text" else value
+                i = c.offset
+                start, size = values[i], values[i + 1]
+                if start < base or start + size > limit:
+                    raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
+                                      member=f"{where}, field {c.name!r}")
+                out[c.name] = _texts([bytes(blobs[start - base : start - base + size])], f"{where}, field {c.name!r}")[0]
         return out
 
     def blobs_at(self, rows: int) -> int:
