@@ -14,7 +14,7 @@ import pytest
 from test_episodes import SCHEMA, assert_same, make_episodes
 
 import shardstore
-from shardstore.episodes import Episode, EpisodeWriter
+from shardstore.episodes import Episode, EpisodeWriter, FieldSpec, Schema
 from shardstore.errors import DecodeError
 
 
@@ -93,6 +93,32 @@ def test_a_tampered_steps_header_is_refused_on_a_whole_episode_read(tmp_path: Pa
     view = shardstore.episodes(str(out))
     with pytest.raises(DecodeError, match="steps.npy holds"):
         view[0]
+    with pytest.raises(DecodeError, match="steps.npy holds"):  # an episode's first step read checks it too
+        shardstore.episodes(str(out)).step(0, 0)
+
+
+@pytest.mark.parametrize("media", [False, True])
+def test_a_step_of_an_episode_the_index_places_at_another_ones_sample_is_refused(tmp_path: Path, media: bool) -> None:
+    """Episodes 0 and 1 swapped in ``episodes.sqlite`` (same length): an episode's first step read
+    checks the sample's key, once; later steps of it read the range alone."""
+    rng = np.random.default_rng(6)
+    steps = lambda: {"obs": rng.random((4, 3), dtype=np.float32),  # noqa: E731
+                     **({"img": [rng.bytes(100) for _ in range(4)]} if media else {})}
+    fields = [FieldSpec("obs", "array", "<f4", (3,))] + ([FieldSpec("img", "media", "|u1", encoding="png")] if media else [])
+    with EpisodeWriter(tmp_path / "ds", schema=Schema(tuple(fields))) as w:
+        for i in range(3):
+            w.write(Episode(i, steps()))
+    db = sqlite3.connect(tmp_path / "ds/.nv-meta/episodes.sqlite")
+    db.execute("UPDATE episodes SET first_index = 1 - first_index WHERE number IN (0, 1)")
+    db.commit()
+    db.close()
+    view = shardstore.episodes(str(tmp_path / "ds"))
+    for e in (view.position(0), view.position(1)):
+        with pytest.raises(DecodeError, match="first member is b'e0000000"):
+            view.step(e, 2)
+        with pytest.raises(DecodeError, match="first member is"):
+            view.window(e, 1, after=1)
+    assert view.step(view.position(2), 3)["is_last"]
 
 
 def test_a_value_the_row_before_wrote_is_stored_once(tmp_path: Path) -> None:

@@ -192,14 +192,16 @@ class _Column:
 class ColumnEpisode:
     """One episode of the columns layout, located and checked once (``ColumnLayout.open``) so that
     a step is one read and a few indexings: the view keeps the episodes it read last
-    (``RecentEpisodes``). Offsets are the shard's; ``starts`` is the episode index's table of row
-    starts in ``blobs.bin`` (``encode_columns``' second value), None without media or text fields
-    or from an older index."""
+    (``RecentEpisodes``). Offsets are the shard's (``start``: the sample's first byte, ``records``:
+    steps.npy's first record, ``blobs``: blobs.bin's first byte); ``starts`` is the episode index's
+    table of row starts in ``blobs.bin`` (``encode_columns``' second value), None without media or
+    text fields or from an older index."""
 
     shard: str
     where: str
     steps: int
     rows: int
+    start: int
     records: int
     blobs: int
     blob_bytes: int
@@ -287,7 +289,7 @@ class ColumnLayout:
         if records + rows * size > end:
             raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where, noun="")
         if not self.variable:
-            return ColumnEpisode(shard, where, steps, rows, records, records, 0, None)
+            return ColumnEpisode(shard, where, steps, rows, start, records, records, 0, None)
         blobs = start + self.blobs_at(rows)
         if starts is not None:
             if len(starts) != 2 * rows + 1:
@@ -298,7 +300,7 @@ class ColumnLayout:
                     or (lows > begin[:-1]).any() or (lows[:1] != begin[:1]).any() or (lows[1:] < begin[:-2]).any()):
                 raise DecodeError(f"the episode index's row starts are out of order or outside the {end - blobs} "
                                   "bytes of blobs.bin", member=where, noun="")
-        return ColumnEpisode(shard, where, steps, rows, records, blobs, end - blobs, starts)
+        return ColumnEpisode(shard, where, steps, rows, start, records, blobs, end - blobs, starts)
 
     def row(self, record: bytes | memoryview, at: int, blobs: bytes | memoryview, base: int, t: int, steps: int,
             videos: list[str], where: str) -> dict[str, Any]:
@@ -344,7 +346,8 @@ class ColumnLayout:
 
     def check_sample(self, data: bytes | memoryview, key: str, rows: int, where: str) -> None:
         """That the first member of a read sample is ``steps.npy`` of ``rows`` records of this
-        layout's record type (a whole-episode read checks this; step reads trust the offsets)."""
+        layout's record type: a whole-episode read checks this, and the first step or window read of
+        an episode before the view keeps it."""
         name = bytes(data[:100]).rstrip(b"\0")
         if name != f"{key}.{STEPS_PART}".encode():
             raise DecodeError(f"the episode's first member is {name[:120]!r}, not {key}.{STEPS_PART}", member=where, noun="")

@@ -234,22 +234,43 @@ class Episodes:
             f"{key[:-1].decode()!r}: rerun prepare (or the import)",
             path=self.dataset.storage.url(shard.name), member=f"episode {self._number.item(e)}")
     # ----- the columns layout (layout 2, ``columns.py``) ----------------------------------------------
-    def _column_open(self, e: int) -> ColumnEpisode:
-        """Episode position ``e`` located and its offsets checked (``ColumnLayout.open``), kept
-        among the recent ones: a step or window of it after that reads no index and checks nothing
-        but the values' offsets."""
+    def _column_open(self, e: int) -> tuple[ColumnEpisode, bool]:
+        """Episode position ``e`` located and its offsets checked (``ColumnLayout.open``), and
+        whether it is new: a new one is kept among the recent ones by its first read
+        (``_column_fetch``), which checks its identity. After that a step or window of it reads
+        no index and checks nothing but the values' offsets."""
         ep = self._recent.get(e)
-        if ep is None:
-            cl = self._columns
-            assert cl is not None
-            n = int(self._steps[e])
-            rows = n + 1 if self._extra else n
-            shard, (start, end), _ = self._locate(e, 0, 1)
-            number = int(self._number[e])
-            starts = self.index.blob_starts(number) if cl.variable else None
-            ep = cl.open(shard.name, start, end, n, rows, starts, f"{shard.name}, episode {number}")
-            self._recent.put(e, ep)
-        return ep
+        if ep is not None:
+            return ep, False
+        cl = self._columns
+        assert cl is not None
+        n = int(self._steps[e])
+        rows = n + 1 if self._extra else n
+        shard, (start, end), _ = self._locate(e, 0, 1)
+        number = int(self._number[e])
+        starts = self.index.blob_starts(number) if cl.variable else None
+        return cl.open(shard.name, start, end, n, rows, starts, f"{shard.name}, episode {number}"), True
+
+    def _column_fetch(self, e: int, ep: ColumnEpisode, new: bool, offset: int, size: int) -> Buffer:
+        """Bytes ``offset .. offset + size`` of the episode's shard. The first read of an episode
+        (``new``) also checks that its sample is the episode's (key, ``steps.npy`` of its rows,
+        ``ColumnLayout.check_sample``): in the same read when the range lies within the storage's
+        merge gap of the sample's first byte, else by a read of the sample's headers before. Then
+        the episode is kept (``RecentEpisodes``): later reads of it are the range alone."""
+        storage = self.dataset.storage
+        if not new:
+            return storage.read_at(ep.shard, offset, size)
+        cl = self._columns
+        assert cl is not None
+        head = ep.records - ep.start  # the tar header and steps.npy's header
+        reach = offset + size - ep.start
+        near = reach <= getattr(storage, "merge_gap", 0)
+        data = storage.read_at(ep.shard, ep.start, reach if near else head)
+        cl.check_sample(data, layout.episode_key(self._number.item(e)), ep.rows, ep.where)
+        self._recent.put(e, ep)
+        if near:
+            return memoryview(data)[offset - ep.start :]
+        return storage.read_at(ep.shard, offset, size)
 
     def _column_step(self, e: int, t: int) -> dict[str, Any]:
         """Every field of row ``t`` of episode position ``e`` (video fields as ``VideoRef``): one
@@ -257,48 +278,45 @@ class Episodes:
         record copy, then its values)."""
         cl = self._columns
         assert cl is not None
-        ep = self._column_open(e)
-        storage, starts = self.dataset.storage, ep.starts
+        ep, new = self._column_open(e)
+        starts = ep.starts
         if starts is not None:
             base = starts.item(ep.rows + 1 + t)
-            data = storage.read_at(ep.shard, ep.blobs + base, starts.item(t + 1) - base)
+            data = self._column_fetch(e, ep, new, ep.blobs + base, starts.item(t + 1) - base)
             return cl.row(data, starts.item(t) - base, data, base, t, ep.steps, self._video_names, ep.where)
-        records, blobs, base = self._column_read(e, t, t + 1)
+        records, blobs, base = self._column_read(e, t, t + 1, ep, new)
         return cl.row(records, 0, blobs, base, t, ep.steps, self._video_names, ep.where)
 
-    def _column_read(self, e: int, lo: int, hi: int) -> tuple[Buffer, Buffer, int]:
+    def _column_read(self, e: int, lo: int, hi: int, ep: ColumnEpisode, new: bool) -> tuple[Buffer, Buffer, int]:
         """(records, values, the values' first byte in ``blobs.bin``) of rows ``lo .. hi - 1`` of
-        episode position ``e``: one read of their records in ``steps.npy`` and, with media or text
-        fields, of their span of ``blobs.bin``, at once when the episode index has the rows'
-        starts (each row's record copy is there too)."""
+        episode position ``e`` (``ep``, ``new``: ``_column_open``'s): one read of their records in
+        ``steps.npy`` and, with media or text fields, of their span of ``blobs.bin``, at once when
+        the episode index has the rows' starts (each row's record copy is there too)."""
         cl = self._columns
         assert cl is not None
-        ep = self._column_open(e)
         size = cl.dtype.itemsize
-        storage = self.dataset.storage
         span = (ep.records + lo * size, (hi - lo) * size)
         if not cl.variable:
-            return storage.read_at(ep.shard, *span), b"", 0
+            return self._column_fetch(e, ep, new, *span), b"", 0
         if ep.starts is None:  # an index without the starts: records first, then the span they name
-            records = storage.read_at(ep.shard, *span)
+            records = self._column_fetch(e, ep, new, *span)
             base, stop = cl.blob_span(cl.records(records, hi - lo, ep.where), ep.blob_bytes, ep.where)
-            return records, storage.read_at(ep.shard, ep.blobs + base, stop - base), base
+            return records, self.dataset.storage.read_at(ep.shard, ep.blobs + base, stop - base), base
         # one read of the rows' span of blobs.bin: each row's record copy, then its values (and
         # the values of the row before that the first row shares); ``open`` checked the starts
         base, stop = ep.starts.item(ep.rows + 1 + lo), ep.starts.item(hi)
-        blobs = storage.read_at(ep.shard, ep.blobs + base, stop - base)
+        view = memoryview(self._column_fetch(e, ep, new, ep.blobs + base, stop - base))
         if hi - lo == 1:
-            return memoryview(blobs)[ep.starts.item(lo) - base :][:size], blobs, base
-        view = memoryview(blobs)
-        return b"".join(view[c - base : c - base + size] for c in ep.starts[lo:hi].tolist()), blobs, base
+            return view[ep.starts.item(lo) - base :][:size], view, base
+        return b"".join(view[c - base : c - base + size] for c in ep.starts[lo:hi].tolist()), view, base
 
     def _column_rows(self, e: int, lo: int, hi: int) -> dict[str, Any]:
         """Every field's rows ``lo .. hi - 1`` of episode position ``e``: arrays stacked, media,
         text and video references as lists."""
         cl = self._columns
         assert cl is not None
-        records, blobs, base = self._column_read(e, lo, hi)
-        ep = self._column_open(e)
+        ep, new = self._column_open(e)
+        records, blobs, base = self._column_read(e, lo, hi, ep, new)
         rec = cl.records(records, hi - lo, ep.where)
         cl.blob_span(rec, base + len(blobs), ep.where, base)
         return cl.fields(rec, blobs, base, lo, ep.steps, self._video_names, ep.where)
