@@ -140,3 +140,22 @@ def test_a_value_the_row_before_wrote_is_stored_once(tmp_path: Path) -> None:
         w = view.window(0, t, before=1, after=1)
         assert w["obs"] == [frames[max(0, min(9, k))] for k in (t - 1, t, t + 1)]
     assert_same(view[0], ep)
+
+
+def test_sample_windows_read_only_the_rows_they_reach_and_equal_layout_1(tmp_path: Path) -> None:
+    """``sample`` (LeRobot's delta windows) of layout 2 reads rows ``lo .. hi`` as a window does
+    (not the whole episode) and gives what layout 1 gives, pads and ``steps+1`` rows included."""
+    eps = make_episodes(5, seed=7)
+    new, old = (shardstore.episodes(str(write(tmp_path / g, eps, granularity=g))) for g in ("columns", "step"))
+    offsets = {"observations.pos": [-3, 0, 2], "actions": list(range(4)), "frame": [-1, 0]}
+    calls = []
+    rows = new._column_rows
+    new._column_rows = lambda e, lo, hi: calls.append(hi - lo) or rows(e, lo, hi)  # type: ignore[method-assign]
+    for ep in eps:
+        e, n = new.position(ep.index), len(ep.steps["actions"])
+        for t in {0, n // 2, n - 1}:
+            a, b = new.sample(e, t, offsets), old.sample(old.position(ep.index), t, offsets)
+            assert a.keys() == b.keys()
+            for k in a:
+                assert np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k], k
+            assert calls[-1] <= 7  # t - 3 .. t + 3 at most

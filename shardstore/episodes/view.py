@@ -580,8 +580,12 @@ class Episodes:
         idx = {name: np.clip(w, 0, n - 1) for name, w in want.items()}
         reach = [t, *(int(i.min()) for i in idx.values() if len(i)), *(int(i.max()) for i in idx.values() if len(i))]
         lo, hi = min(reach), max(reach) + 1
-        rows = self._read_rows(e, lo, hi) if self.granularity == "step" else self[e].steps
-        base = lo if self.granularity == "step" else 0
+        if self._columns is not None:  # the rows reached, one read (as a window)
+            rows, base = self._column_rows(e, lo, hi), lo
+        elif self.granularity == "step":
+            rows, base = self._read_rows(e, lo, hi), lo
+        else:
+            rows, base = self[e].steps, 0
         out: dict[str, Any] = {}
         for f in self.schema.fields:
             if fields is not None and f.name not in fields:
