@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -172,20 +172,20 @@ _SPAN_BYTES, _REF_BYTES = struct.calcsize("<QQ"), struct.calcsize("<Idq")
 _RECENT, _RECENT_BYTES = 4096, 64 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class _Column:
-    """How ``ColumnLayout.row`` takes one field's value from a record: its kind (``_ARRAY`` ..),
-    for an array the byte offset, dtype, shape and size of its value, for the others the index of
-    its first column in the tuple ``ColumnLayout.unpack`` gives (offset then size; file, timestamp
-    then frame), and whether the final ``steps+1`` row lacks it."""
+class _Column(NamedTuple):
+    """How ``ColumnLayout.row`` takes one field's value from a record: whether the final
+    ``steps+1`` row lacks it, its kind (``_ARRAY`` ..), its name, for an array the byte offset,
+    dtype, shape and size of its value, for the others the index of its first column in the tuple
+    ``ColumnLayout.unpack`` gives (offset then size; file, timestamp then frame). A named tuple:
+    ``row`` unpacks it in its loop, cheaper than attribute reads on every field of every step."""
 
-    name: str
+    steps_only: bool
     kind: int
+    name: str
     offset: int
-    dtype: np.dtype
+    dtype: np.dtype | None
     shape: tuple[int, ...]
     size: int
-    steps_only: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,14 +261,14 @@ class ColumnLayout:
             steps_only = f.rows == "steps"
             if f.kind == "array":
                 sub, offset = dtype.fields[f.name][:2]  # type: ignore[index]
-                columns.append(_Column(f.name, _ARRAY, offset, sub.base, sub.shape, sub.itemsize, steps_only))
+                columns.append(_Column(steps_only, _ARRAY, f.name, offset, sub.base, sub.shape, sub.itemsize))
                 continue
             video = f.kind == "video"
             offset = dtype.fields[f"{f.name}/file" if video else f"{f.name}/offset"][1]  # type: ignore[index]
             fmt += f"{offset - at}x" + ("Idq" if video else "QQ")
             at = offset + (_REF_BYTES if video else _SPAN_BYTES)
             kind = _VIDEO if video else _TEXT if f.kind == "text" else _MEDIA
-            columns.append(_Column(f.name, kind, index, dtype, (), 0, steps_only))
+            columns.append(_Column(steps_only, kind, f.name, index, None, (), 0))
             index += 3 if video else 2
         return cls(schema, dtype, variable, tuple(columns), struct.Struct(fmt))
 
@@ -302,7 +302,7 @@ class ColumnLayout:
                                   "bytes of blobs.bin", member=where, noun="")
         return ColumnEpisode(shard, where, steps, rows, start, records, blobs, end - blobs, starts)
 
-    def row(self, record: bytes | memoryview, at: int, blobs: bytes | memoryview, base: int, t: int, steps: int,
+    def row(self, record: bytes | memoryview, at: int, blobs: bytes, base: int, t: int, steps: int,
             videos: list[str], where: str) -> dict[str, Any]:
         """Every field's value in row ``t`` (its record at byte ``at`` of ``record``; ``blobs``:
         ``blobs.bin`` from its byte ``base``, often the same read): what a step read returns,
@@ -312,32 +312,30 @@ class ColumnLayout:
         limit = len(blobs) + base
         values = self.unpack.unpack_from(record, at)
         last = t >= steps
-        for c in self.columns:
-            if last and c.steps_only:
-                continue
-            kind = c.kind
+        for steps_only, kind, name, i, dtype, shape, size in self.columns:
             if kind == _MEDIA:  # the common kinds first: this runs for every field of every step read
-                i = c.offset
-                start, size = values[i], values[i + 1]
-                if start < base or start + size > limit:
+                if last and steps_only:
+                    continue
+                start, length = values[i], values[i + 1]
+                if start < base or start + length > limit:
                     raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
-                                      member=f"{where}, field {c.name!r}")
-                out[c.name] = bytes(blobs[start - base : start - base + size])
+                                      member=f"{where}, field {name!r}")
+                out[name] = blobs[start - base : start - base + length]
+            elif last and steps_only:
+                continue
             elif kind == _ARRAY:  # writable, one copy
-                out[c.name] = np.ndarray(c.shape, c.dtype, bytearray(record[at + c.offset : at + c.offset + c.size]))
+                out[name] = np.ndarray(shape, dtype, bytearray(record[at + i : at + i + size]))
             elif kind == _VIDEO:
-                i = c.offset
                 if values[i] >= len(videos):
                     raise DecodeError("a frame reference names a video file the schema does not list",
-                                      member=f"{where}, field {c.name!r}")
-                out[c.name] = VideoRef(videos[values[i]], values[i + 1], values[i + 2])
+                                      member=f"{where}, field {name!r}")
+                out[name] = VideoRef(videos[values[i]], values[i + 1], values[i + 2])
             else:
-                i = c.offset
-                start, size = values[i], values[i + 1]
-                if start < base or start + size > limit:
+                start, length = values[i], values[i + 1]
+                if start < base or start + length > limit:
                     raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
-                                      member=f"{where}, field {c.name!r}")
-                out[c.name] = _texts([bytes(blobs[start - base : start - base + size])], f"{where}, field {c.name!r}")[0]
+                                      member=f"{where}, field {name!r}")
+                out[name] = _texts([blobs[start - base : start - base + length]], f"{where}, field {name!r}")[0]
         return out
 
     def blobs_at(self, rows: int) -> int:
