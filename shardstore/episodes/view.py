@@ -284,7 +284,11 @@ class Episodes:
             base = starts.item(ep.rows + 1 + t)
             data = self._column_fetch(e, ep, new, ep.blobs + base, starts.item(t + 1) - base)
             return cl.row(data, starts.item(t) - base, data, base, t, ep.steps, self._video_names, ep.where)
-        records, blobs, base = self._column_read(e, t, t + 1, ep, new)
+        if not cl.variable:  # arrays and video references only: the record alone
+            size = cl.dtype.itemsize
+            return cl.row(self._column_fetch(e, ep, new, ep.records + t * size, size), 0, b"", 0, t, ep.steps,
+                          self._video_names, ep.where)
+        records, blobs, base = self._column_read(e, t, t + 1, ep, new)  # an index without row starts
         return cl.row(records, 0, blobs, base, t, ep.steps, self._video_names, ep.where)
 
     def _column_read(self, e: int, lo: int, hi: int, ep: ColumnEpisode, new: bool) -> tuple[Buffer, bytes, int]:
