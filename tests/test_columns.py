@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -159,3 +160,16 @@ def test_sample_windows_read_only_the_rows_they_reach_and_equal_layout_1(tmp_pat
             for k in a:
                 assert np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k], k
             assert calls[-1] <= 7  # t - 3 .. t + 3 at most
+
+
+def test_the_layout_reads_benchmark_runs_on_both_layouts(tmp_path: Path) -> None:
+    """tools/bench/layout_reads.py, on tiny data: a figure per dataset and read."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "bench"))
+    from layout_reads import run
+
+    eps = make_episodes(4, seed=8)
+    a, b = (str(write(tmp_path / g, eps, granularity=g)) for g in ("columns", "step"))
+    figures = run(a, b, samples=40, repeat=1)
+    for name in (a, b):
+        assert set(figures[name]) == {"step", "window16", "episode"}
+        assert all(f["median_us"] > 0 and f["reads"] > 0 for f in figures[name].values())
