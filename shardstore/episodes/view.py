@@ -34,6 +34,7 @@ from ..errors import (
     StorageError,
 )
 from ..keys import split_name
+from ..storage import LocalStorage
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
 from .columns import ColumnEpisode, ColumnLayout, RecentEpisodes
@@ -50,6 +51,9 @@ _META = nvmeta.META_DIR
 #: Header bytes of a step key ``e{8 digits}_s{6 digits}``: the first 11 (``e########_s``) are the
 #: same in every sample of an episode, the next 6 (the step) differ.
 _KEY_FIXED, _KEY_LEN = 11, 17
+#: How far into a local episode's sample its first read may end and still take the headers along
+#: (one read): beyond, a read of the headers apart costs less than copying the bytes between.
+_LOCAL_GAP = 4096
 #: Bytes read: a memoryview when cut from a larger read.
 Buffer = bytes | memoryview
 #: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
@@ -238,7 +242,7 @@ class Episodes:
         """Episode position ``e`` located and its offsets checked (``ColumnLayout.open``), and
         whether it is new: a new one is kept among the recent ones by its first read
         (``_column_fetch``), which checks its identity. After that a step or window of it reads
-        no index and checks nothing but the values' offsets."""
+        no index: it checks the row starts it uses (``ColumnEpisode.span``) and the values' offsets."""
         ep = self._recent.get(e)
         if ep is not None:
             return ep, False
@@ -255,7 +259,8 @@ class Episodes:
         """Bytes ``offset .. offset + size`` of the episode's shard. The first read of an episode
         (``new``) also checks that its sample is the episode's (key, ``steps.npy`` of its rows,
         ``ColumnLayout.check_sample``): in the same read when the range lies within the storage's
-        merge gap of the sample's first byte, else by a read of the sample's headers before. Then
+        merge gap of the sample's first byte (``_LOCAL_GAP`` on a local disk), else by a read of the
+        sample's headers before. Then
         the episode is kept (``RecentEpisodes``): later reads of it are the range alone."""
         storage = self.dataset.storage
         if not new:
@@ -264,7 +269,8 @@ class Episodes:
         assert cl is not None
         head = ep.records - ep.start  # the tar header and steps.npy's header
         reach = offset + size - ep.start
-        near = reach <= getattr(storage, "merge_gap", 0)
+        # from the page cache a read more costs less than copying the bytes between (a few KiB)
+        near = reach <= (_LOCAL_GAP if isinstance(storage, LocalStorage) else getattr(storage, "merge_gap", 0))
         data = storage.read_at(ep.shard, ep.start, reach if near else head)
         cl.check_sample(data, layout.episode_key(self._number.item(e)), ep.rows, ep.where)
         self._recent.put(e, ep)
@@ -281,8 +287,8 @@ class Episodes:
         ep, new = self._column_open(e)
         starts = ep.starts
         if starts is not None:
-            base = starts.item(ep.rows + 1 + t)
-            data = self._column_fetch(e, ep, new, ep.blobs + base, starts.item(t + 1) - base)
+            base, stop = ep.span(t, t + 1, cl.dtype.itemsize)
+            data = self._column_fetch(e, ep, new, ep.blobs + base, stop - base)
             return cl.row(data, starts.item(t) - base, data, base, t, ep.steps, self._video_names, ep.where)
         if not cl.variable:  # arrays and video references only: the record alone
             size = cl.dtype.itemsize
@@ -307,13 +313,14 @@ class Episodes:
             base, stop = cl.blob_span(cl.records(records, hi - lo, ep.where), ep.blob_bytes, ep.where)
             return records, self.dataset.storage.read_at(ep.shard, ep.blobs + base, stop - base), base
         # one read of the rows' span of blobs.bin: each row's record copy, then its values (and
-        # the values of the row before that the first row shares); ``open`` checked the starts
-        base, stop = ep.starts.item(ep.rows + 1 + lo), ep.starts.item(hi)
+        # the values of the row before that the first row shares)
+        base, stop = ep.span(lo, hi, size)
+        cuts = ep.starts[lo:hi].tolist()
+        if any(b - a < size for a, b in zip(cuts, [*cuts[1:], stop], strict=True)):
+            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=ep.where, noun="")
         blobs = self._column_fetch(e, ep, new, ep.blobs + base, stop - base)
         view = memoryview(blobs)
-        if hi - lo == 1:
-            return view[ep.starts.item(lo) - base :][:size], blobs, base
-        return b"".join(view[c - base : c - base + size] for c in ep.starts[lo:hi].tolist()), blobs, base
+        return b"".join(view[c - base : c - base + size] for c in cuts), blobs, base
 
     def _column_rows(self, e: int, lo: int, hi: int) -> dict[str, Any]:
         """Every field's rows ``lo .. hi - 1`` of episode position ``e``: arrays stacked, media,
