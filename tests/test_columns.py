@@ -7,6 +7,7 @@ import io
 import os
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import pytest
 from test_episodes import SCHEMA, assert_same, make_episodes
 
 import shardstore
-from shardstore.episodes import Episode, EpisodeWriter
+from shardstore.episodes import Episode, EpisodeWriter, FieldSpec, Schema
 from shardstore.errors import DecodeError
 
 
@@ -93,6 +94,32 @@ def test_a_tampered_steps_header_is_refused_on_a_whole_episode_read(tmp_path: Pa
     view = shardstore.episodes(str(out))
     with pytest.raises(DecodeError, match="steps.npy holds"):
         view[0]
+    with pytest.raises(DecodeError, match="steps.npy holds"):  # an episode's first step read checks it too
+        shardstore.episodes(str(out)).step(0, 0)
+
+
+@pytest.mark.parametrize("media", [False, True])
+def test_a_step_of_an_episode_the_index_places_at_another_ones_sample_is_refused(tmp_path: Path, media: bool) -> None:
+    """Episodes 0 and 1 swapped in ``episodes.sqlite`` (same length): an episode's first step read
+    checks the sample's key, once; later steps of it read the range alone."""
+    rng = np.random.default_rng(6)
+    steps = lambda: {"obs": rng.random((4, 3), dtype=np.float32),  # noqa: E731
+                     **({"img": [rng.bytes(100) for _ in range(4)]} if media else {})}
+    fields = [FieldSpec("obs", "array", "<f4", (3,))] + ([FieldSpec("img", "media", "|u1", encoding="png")] if media else [])
+    with EpisodeWriter(tmp_path / "ds", schema=Schema(tuple(fields))) as w:
+        for i in range(3):
+            w.write(Episode(i, steps()))
+    db = sqlite3.connect(tmp_path / "ds/.nv-meta/episodes.sqlite")
+    db.execute("UPDATE episodes SET first_index = 1 - first_index WHERE number IN (0, 1)")
+    db.commit()
+    db.close()
+    view = shardstore.episodes(str(tmp_path / "ds"))
+    for e in (view.position(0), view.position(1)):
+        with pytest.raises(DecodeError, match="first member is b'e0000000"):
+            view.step(e, 2)
+        with pytest.raises(DecodeError, match="first member is"):
+            view.window(e, 1, after=1)
+    assert view.step(view.position(2), 3)["is_last"]
 
 
 def test_a_value_the_row_before_wrote_is_stored_once(tmp_path: Path) -> None:
@@ -114,3 +141,35 @@ def test_a_value_the_row_before_wrote_is_stored_once(tmp_path: Path) -> None:
         w = view.window(0, t, before=1, after=1)
         assert w["obs"] == [frames[max(0, min(9, k))] for k in (t - 1, t, t + 1)]
     assert_same(view[0], ep)
+
+
+def test_sample_windows_read_only_the_rows_they_reach_and_equal_layout_1(tmp_path: Path) -> None:
+    """``sample`` (LeRobot's delta windows) of layout 2 reads rows ``lo .. hi`` as a window does
+    (not the whole episode) and gives what layout 1 gives, pads and ``steps+1`` rows included."""
+    eps = make_episodes(5, seed=7)
+    new, old = (shardstore.episodes(str(write(tmp_path / g, eps, granularity=g))) for g in ("columns", "step"))
+    offsets = {"observations.pos": [-3, 0, 2], "actions": list(range(4)), "frame": [-1, 0]}
+    calls = []
+    rows = new._column_rows
+    new._column_rows = lambda e, lo, hi: calls.append(hi - lo) or rows(e, lo, hi)  # type: ignore[method-assign]
+    for ep in eps:
+        e, n = new.position(ep.index), len(ep.steps["actions"])
+        for t in {0, n // 2, n - 1}:
+            a, b = new.sample(e, t, offsets), old.sample(old.position(ep.index), t, offsets)
+            assert a.keys() == b.keys()
+            for k in a:
+                assert np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k], k
+            assert calls[-1] <= 7  # t - 3 .. t + 3 at most
+
+
+def test_the_layout_reads_benchmark_runs_on_both_layouts(tmp_path: Path) -> None:
+    """tools/bench/layout_reads.py, on tiny data: a figure per dataset and read."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "bench"))
+    from layout_reads import run
+
+    eps = make_episodes(4, seed=8)
+    a, b = (str(write(tmp_path / g, eps, granularity=g)) for g in ("columns", "step"))
+    figures = run(a, b, samples=40, repeat=1)
+    for name in (a, b):
+        assert set(figures[name]) == {"step", "window16", "episode"}
+        assert all(f["median_us"] > 0 and f["reads"] > 0 for f in figures[name].values())

@@ -36,7 +36,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from .model import FLAG_FIELDS, FieldSpec, Schema, StepValues
 from .npy import npy_header, parse_header
 from .video import VideoRef, refs_to_bytes
 
-__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnLayout", "encode_columns", "row_dtype"]
+__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnEpisode", "ColumnLayout", "RecentEpisodes", "encode_columns", "row_dtype"]
 
 STEPS_PART = "steps.npy"
 BLOBS_PART = "blobs.bin"
@@ -163,21 +163,94 @@ def encode_columns(
     return parts, starts.tobytes() + lows.tobytes() if variable else b""
 
 
-@dataclass(frozen=True, slots=True)
-class _Column:
-    """Where one field's value lies in a record: its byte offset (of the first of its columns), and
-    for an array field the dtype and shape of its value and its size."""
+#: What a record's columns decode to, in ``ColumnLayout.row``'s plan.
+_ARRAY, _MEDIA, _TEXT, _VIDEO = range(4)
+#: Bytes of a media or text field's columns (offset, size: ``QQ``) and a video field's (file,
+#: timestamp, frame: ``Idq``).
+_SPAN_BYTES, _REF_BYTES = struct.calcsize("<QQ"), struct.calcsize("<Idq")
+#: The episodes a view keeps opened (``RecentEpisodes``), and the bytes of their row starts.
+_RECENT, _RECENT_BYTES = 1 << 16, 64 << 20
 
-    field: FieldSpec
+
+class _Column(NamedTuple):
+    """How ``ColumnLayout.row`` takes one field's value from a record: whether the final
+    ``steps+1`` row lacks it, its kind (``_ARRAY`` ..), its name, for an array the byte offset,
+    dtype, shape and size of its value, for the others the index of its first column in the tuple
+    ``ColumnLayout.unpack`` gives (offset then size; file, timestamp then frame). A named tuple:
+    ``row`` unpacks it in its loop, cheaper than attribute reads on every field of every step."""
+
+    steps_only: bool
+    kind: int
+    name: str
     offset: int
-    dtype: np.dtype
+    dtype: np.dtype | None
     shape: tuple[int, ...]
     size: int
 
 
-#: A media or text field's columns (offset, size) and a video field's (file, timestamp, frame).
-_SPAN = struct.Struct("<QQ")
-_VIDEO = struct.Struct("<Idq")
+@dataclass(frozen=True, slots=True)
+class ColumnEpisode:
+    """One episode of the columns layout, located and checked once (``ColumnLayout.open``) so that
+    a step is one read and a few indexings: the view keeps the episodes it read last
+    (``RecentEpisodes``). Offsets are the shard's (``start``: the sample's first byte, ``records``:
+    steps.npy's first record, ``blobs``: blobs.bin's first byte); ``starts`` is the episode index's
+    table of row starts in ``blobs.bin`` (``encode_columns``' second value), None without media or
+    text fields or from an older index."""
+
+    shard: str
+    where: str
+    steps: int
+    rows: int
+    start: int
+    records: int
+    blobs: int
+    blob_bytes: int
+    starts: np.ndarray | None
+
+    def span(self, lo: int, hi: int, itemsize: int) -> tuple[int, int]:
+        """``(first, end)``: the bytes of ``blobs.bin`` that rows ``lo .. hi - 1`` read (their
+        record copies, their values, and the values of the row before that row ``lo`` shares),
+        checked to lie within ``blobs.bin`` and to hold row ``lo``'s record and one per row more
+        (a few integer compares: the episode index is read once, not trusted)."""
+        s = self.starts
+        assert s is not None
+        base, first, stop = s.item(self.rows + 1 + lo), s.item(lo), s.item(hi)
+        if not (base <= first and first + (hi - lo) * itemsize <= stop <= self.blob_bytes):
+            raise DecodeError(f"the episode index puts rows {lo} to {hi - 1} at bytes {base} to {stop} of blobs.bin, "
+                              f"which has {self.blob_bytes}", member=self.where, noun="")
+        return base, stop
+
+
+class RecentEpisodes:
+    """The episodes a view opened last (``ColumnLayout.open``), by position: at most ``_RECENT``
+    of them and ``_RECENT_BYTES`` of row starts, the least recently read dropped first. Safe from
+    several threads without a lock (a lost entry is opened again); pickles empty."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, ColumnEpisode] = {}
+        self._bytes = 0
+
+    def get(self, e: int) -> ColumnEpisode | None:
+        ep = self._kept.pop(e, None)
+        if ep is not None:
+            self._kept[e] = ep  # now the most recent
+        return ep
+
+    def put(self, e: int, ep: ColumnEpisode) -> None:
+        self._bytes += _nbytes(ep)
+        self._kept[e] = ep
+        while len(self._kept) > _RECENT or self._bytes > _RECENT_BYTES:
+            try:
+                self._bytes -= _nbytes(self._kept.pop(next(iter(self._kept))))
+            except (KeyError, RuntimeError, StopIteration):  # another thread's change meanwhile
+                break
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_kept": {}, "_bytes": 0}
+
+
+def _nbytes(ep: ColumnEpisode) -> int:
+    return 0 if ep.starts is None else ep.starts.nbytes
 
 
 @dataclass(frozen=True)
@@ -188,18 +261,29 @@ class ColumnLayout:
     dtype: np.dtype
     variable: tuple[FieldSpec, ...]
     columns: tuple[_Column, ...]
+    #: One ``struct`` unpack of a record's media, text and video columns (array and flag bytes skipped).
+    unpack: struct.Struct
     _rows_at: dict[int, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, schema: Schema) -> ColumnLayout:
         variable = tuple(f for f in schema.fields if f.kind in ("media", "text"))
         dtype = row_dtype(schema)
-        columns = []
+        columns, fmt, at, index = [], "<", 0, 0
         for f in schema.fields:
-            name = f.name if f.kind == "array" else f"{f.name}/file" if f.kind == "video" else f"{f.name}/offset"
-            sub, offset = dtype.fields[name][:2]  # type: ignore[index]
-            columns.append(_Column(f, offset, sub.base, sub.shape, sub.itemsize))
-        return cls(schema, dtype, variable, tuple(columns))
+            steps_only = f.rows == "steps"
+            if f.kind == "array":
+                sub, offset = dtype.fields[f.name][:2]  # type: ignore[index]
+                columns.append(_Column(steps_only, _ARRAY, f.name, offset, sub.base, sub.shape, sub.itemsize))
+                continue
+            video = f.kind == "video"
+            offset = dtype.fields[f"{f.name}/file" if video else f"{f.name}/offset"][1]  # type: ignore[index]
+            fmt += f"{offset - at}x" + ("Idq" if video else "QQ")
+            at = offset + (_REF_BYTES if video else _SPAN_BYTES)
+            kind = _VIDEO if video else _TEXT if f.kind == "text" else _MEDIA
+            columns.append(_Column(steps_only, kind, f.name, index, None, (), 0))
+            index += 3 if video else 2
+        return cls(schema, dtype, variable, tuple(columns), struct.Struct(fmt))
 
     def rows_at(self, rows: int) -> int:
         """Offset of ``steps.npy``'s first record from the sample's first byte."""
@@ -208,41 +292,56 @@ class ColumnLayout:
             at = self._rows_at[rows] = _BLOCK + len(npy_header(self.dtype, (rows,)))
         return at
 
-    def row(self, record: bytes | memoryview, blobs: bytes | memoryview, base: int, t: int, steps: int, videos: list[str],
-            where: str) -> dict[str, Any]:
-        """Every field's value in row ``t`` (``record``: its bytes; ``blobs``: ``blobs.bin`` from
-        its byte ``base``): what a step read returns, without numpy's per-call cost on one row
-        (``fields`` does many rows). A ``steps`` field has no value in the final ``steps+1`` row."""
+    def open(self, shard: str, start: int, end: int, steps: int, rows: int, starts: np.ndarray | None,
+             where: str) -> ColumnEpisode:
+        """The episode whose sample spans bytes ``start .. end`` of ``shard``, its ``rows`` records
+        checked to fit in it and the episode index's row starts (``starts``) to be ``rows`` long
+        (``DecodeError`` if not); ``ColumnEpisode.span`` checks the starts a read uses."""
+        size = self.dtype.itemsize
+        records = start + self.rows_at(rows)
+        if records + rows * size > end:
+            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where, noun="")
+        if not self.variable:
+            return ColumnEpisode(shard, where, steps, rows, start, records, records, 0, None)
+        blobs = start + self.blobs_at(rows)
+        if starts is not None and len(starts) != 2 * rows + 1:
+            raise DecodeError(f"{len(starts)} row starts in the episode index for {rows} rows", member=where, noun="")
+        return ColumnEpisode(shard, where, steps, rows, start, records, blobs, end - blobs, starts)
+
+    def row(self, record: bytes | memoryview, at: int, blobs: bytes, base: int, t: int, steps: int,
+            videos: list[str], where: str) -> dict[str, Any]:
+        """Every field's value in row ``t`` (its record at byte ``at`` of ``record``; ``blobs``:
+        ``blobs.bin`` from its byte ``base``, often the same read): what a step read returns,
+        without numpy's per-call cost on one row (``fields`` does many rows). A ``steps`` field has
+        no value in the final ``steps+1`` row."""
         out: dict[str, Any] = {}
-        limit = len(blobs)
-        for c in self.columns:
-            f = c.field
-            if t >= steps and f.rows == "steps":
+        limit = len(blobs) + base
+        values = self.unpack.unpack_from(record, at)
+        last = t >= steps
+        for steps_only, kind, name, i, dtype, shape, size in self.columns:
+            if kind == _MEDIA:  # the common kinds first: this runs for every field of every step read
+                if last and steps_only:
+                    continue
+                start, length = values[i], values[i + 1]
+                if start < base or start + length > limit:
+                    raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
+                                      member=f"{where}, field {name!r}")
+                out[name] = blobs[start - base : start - base + length]
+            elif last and steps_only:
                 continue
-            kind = f.kind
-            if kind == "media":  # the common kinds first: this runs for every field of every step read
-                start, size = _SPAN.unpack_from(record, c.offset)
-                start -= base
-                if start < 0 or start + size > limit:
-                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {limit} "
-                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
-                out[f.name] = bytes(blobs[start : start + size])
-            elif kind == "array":  # writable, one copy
-                out[f.name] = np.ndarray(c.shape, c.dtype, bytearray(record[c.offset : c.offset + c.size]))
-            elif kind == "video":
-                i, timestamp, frame = _VIDEO.unpack_from(record, c.offset)
-                if i >= len(videos):
+            elif kind == _ARRAY:  # writable, one copy
+                out[name] = np.ndarray(shape, dtype, bytearray(record[at + i : at + i + size]))
+            elif kind == _VIDEO:
+                if values[i] >= len(videos):
                     raise DecodeError("a frame reference names a video file the schema does not list",
-                                      member=f"{where}, field {f.name!r}")
-                out[f.name] = VideoRef(videos[i], timestamp, frame)
+                                      member=f"{where}, field {name!r}")
+                out[name] = VideoRef(videos[values[i]], values[i + 1], values[i + 2])
             else:
-                start, size = _SPAN.unpack_from(record, c.offset)
-                start -= base
-                if start < 0 or start + size > len(blobs):
-                    raise DecodeError(f"a value at byte {start + base} of blobs.bin lies outside the {len(blobs)} "
-                                      f"bytes read from {base}", member=f"{where}, field {f.name!r}")
-                value = bytes(blobs[start : start + size])
-                out[f.name] = _texts([value], f"{where}, field {f.name!r}")[0] if f.kind == "text" else value
+                start, length = values[i], values[i + 1]
+                if start < base or start + length > limit:
+                    raise DecodeError(f"a value at byte {start} of blobs.bin lies outside the bytes {base} to {limit} read",
+                                      member=f"{where}, field {name!r}")
+                out[name] = _texts([blobs[start - base : start - base + length]], f"{where}, field {name!r}")[0]
         return out
 
     def blobs_at(self, rows: int) -> int:
@@ -251,7 +350,8 @@ class ColumnLayout:
 
     def check_sample(self, data: bytes | memoryview, key: str, rows: int, where: str) -> None:
         """That the first member of a read sample is ``steps.npy`` of ``rows`` records of this
-        layout's record type (a whole-episode read checks this; step reads trust the offsets)."""
+        layout's record type: a whole-episode read checks this, and the first step or window read of
+        an episode before the view keeps it."""
         name = bytes(data[:100]).rstrip(b"\0")
         if name != f"{key}.{STEPS_PART}".encode():
             raise DecodeError(f"the episode's first member is {name[:120]!r}, not {key}.{STEPS_PART}", member=where, noun="")

@@ -34,9 +34,10 @@ from ..errors import (
     StorageError,
 )
 from ..keys import split_name
+from ..storage import LocalStorage
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
-from .columns import ColumnLayout
+from .columns import ColumnEpisode, ColumnLayout, RecentEpisodes
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .names import safe_relpath
@@ -50,8 +51,9 @@ _META = nvmeta.META_DIR
 #: Header bytes of a step key ``e{8 digits}_s{6 digits}``: the first 11 (``e########_s``) are the
 #: same in every sample of an episode, the next 6 (the step) differ.
 _KEY_FIXED, _KEY_LEN = 11, 17
-#: Episodes whose row starts in blobs.bin a view keeps (cleared when full).
-_STARTS_CACHED = 4096
+#: How far into a local episode's sample its first read may end and still take the headers along
+#: (one read): beyond, a read of the headers apart costs less than copying the bytes between.
+_LOCAL_GAP = 4096
 #: Bytes read: a memoryview when cut from a larger read.
 Buffer = bytes | memoryview
 #: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
@@ -85,7 +87,8 @@ class Episodes:
                               path=storage.url(f"{_META}/{EPISODES_SQLITE}"))
         self._columns = ColumnLayout.of(self.schema) if self.layout == 2 else None
         self._video_names = [str(name) for name in self.schema.attrs.get("video_files") or []]
-        self._starts_cache: dict[int, np.ndarray | None] = {}
+        self._recent = RecentEpisodes()
+        self._video_fields = [f.name for f in self.schema.fields if f.kind == "video"]
         pos = self.index.positions([s.name for s in dataset.shards])
         self._number, self._shard, self._first = pos.number, pos.shard, pos.first
         self._samples, self._steps, self._terminal = pos.samples, pos.steps, pos.terminal
@@ -235,70 +238,100 @@ class Episodes:
             f"{key[:-1].decode()!r}: rerun prepare (or the import)",
             path=self.dataset.storage.url(shard.name), member=f"episode {self._number.item(e)}")
     # ----- the columns layout (layout 2, ``columns.py``) ----------------------------------------------
-    def _column_read(self, e: int, lo: int, hi: int) -> tuple[Buffer, Buffer, int, int, str]:
-        """(records, values, the values' first byte in ``blobs.bin``, steps, where) of rows
-        ``lo .. hi - 1`` of episode position ``e``: one read of their records in ``steps.npy``
-        and, with media or text fields, of their span of ``blobs.bin``, at once when the episode
-        index has the rows' starts (each row's record copy is there too)."""
+    def _column_open(self, e: int) -> tuple[ColumnEpisode, bool]:
+        """Episode position ``e`` located and its offsets checked (``ColumnLayout.open``), and
+        whether it is new: a new one is kept among the recent ones by its first read
+        (``_column_fetch``), which checks its identity. After that a step or window of it reads
+        no index: it checks the row starts it uses (``ColumnEpisode.span``) and the values' offsets."""
+        ep = self._recent.get(e)
+        if ep is not None:
+            return ep, False
         cl = self._columns
         assert cl is not None
         n = int(self._steps[e])
         rows = n + 1 if self._extra else n
         shard, (start, end), _ = self._locate(e, 0, 1)
-        where = f"{shard.name}, episode {int(self._number[e])}"
-        size = cl.dtype.itemsize
-        at = start + cl.rows_at(rows)
-        if at + rows * size > end:
-            raise DecodeError(f"the episode's sample ({end - start} bytes) is too short for {rows} rows", member=where, noun="")
+        number = int(self._number[e])
+        starts = self.index.blob_starts(number) if cl.variable else None
+        return cl.open(shard.name, start, end, n, rows, starts, f"{shard.name}, episode {number}"), True
+
+    def _column_fetch(self, e: int, ep: ColumnEpisode, new: bool, offset: int, size: int) -> bytes:
+        """Bytes ``offset .. offset + size`` of the episode's shard. The first read of an episode
+        (``new``) also checks that its sample is the episode's (key, ``steps.npy`` of its rows,
+        ``ColumnLayout.check_sample``): in the same read when the range lies within the storage's
+        merge gap of the sample's first byte (``_LOCAL_GAP`` on a local disk), else by a read of the
+        sample's headers before. Then
+        the episode is kept (``RecentEpisodes``): later reads of it are the range alone."""
         storage = self.dataset.storage
-        span = (at + lo * size, (hi - lo) * size)
+        if not new:
+            return storage.read_at(ep.shard, offset, size)
+        cl = self._columns
+        assert cl is not None
+        head = ep.records - ep.start  # the tar header and steps.npy's header
+        reach = offset + size - ep.start
+        # from the page cache a read more costs less than copying the bytes between (a few KiB)
+        near = reach <= (_LOCAL_GAP if isinstance(storage, LocalStorage) else getattr(storage, "merge_gap", 0))
+        data = storage.read_at(ep.shard, ep.start, reach if near else head)
+        cl.check_sample(data, layout.episode_key(self._number.item(e)), ep.rows, ep.where)
+        self._recent.put(e, ep)
+        if near:
+            return data[offset - ep.start :]  # bytes: values cut from bytes cost less than from a memoryview
+        return storage.read_at(ep.shard, offset, size)
+
+    def _column_step(self, e: int, t: int) -> dict[str, Any]:
+        """Every field of row ``t`` of episode position ``e`` (video fields as ``VideoRef``): one
+        read of its record, or with media or text fields of its span of ``blobs.bin`` (the row's
+        record copy, then its values)."""
+        cl = self._columns
+        assert cl is not None
+        ep, new = self._column_open(e)
+        starts = ep.starts
+        if starts is not None:
+            base, stop = ep.span(t, t + 1, cl.dtype.itemsize)
+            data = self._column_fetch(e, ep, new, ep.blobs + base, stop - base)
+            return cl.row(data, starts.item(t) - base, data, base, t, ep.steps, self._video_names, ep.where)
+        if not cl.variable:  # arrays and video references only: the record alone
+            size = cl.dtype.itemsize
+            return cl.row(self._column_fetch(e, ep, new, ep.records + t * size, size), 0, b"", 0, t, ep.steps,
+                          self._video_names, ep.where)
+        records, blobs, base = self._column_read(e, t, t + 1, ep, new)  # an index without row starts
+        return cl.row(records, 0, blobs, base, t, ep.steps, self._video_names, ep.where)
+
+    def _column_read(self, e: int, lo: int, hi: int, ep: ColumnEpisode, new: bool) -> tuple[Buffer, bytes, int]:
+        """(records, values, the values' first byte in ``blobs.bin``) of rows ``lo .. hi - 1`` of
+        episode position ``e`` (``ep``, ``new``: ``_column_open``'s): one read of their records in
+        ``steps.npy`` and, with media or text fields, of their span of ``blobs.bin``, at once when
+        the episode index has the rows' starts (each row's record copy is there too)."""
+        cl = self._columns
+        assert cl is not None
+        size = cl.dtype.itemsize
+        span = (ep.records + lo * size, (hi - lo) * size)
         if not cl.variable:
-            return storage.read_at(shard.name, *span), b"", 0, n, where
-        first = start + cl.blobs_at(rows)
-        starts = self._blob_starts(e, rows)
-        if starts is None:  # an index without the starts: records first, then the span they name
-            records = storage.read_at(shard.name, *span)
-            base, stop = cl.blob_span(cl.records(records, hi - lo, where), end - first, where)
-            return records, storage.read_at(shard.name, first + base, stop - base), base, n, where
+            return self._column_fetch(e, ep, new, *span), b"", 0
+        if ep.starts is None:  # an index without the starts: records first, then the span they name
+            records = self._column_fetch(e, ep, new, *span)
+            base, stop = cl.blob_span(cl.records(records, hi - lo, ep.where), ep.blob_bytes, ep.where)
+            return records, self.dataset.storage.read_at(ep.shard, ep.blobs + base, stop - base), base
         # one read of the rows' span of blobs.bin: each row's record copy, then its values (and
         # the values of the row before that the first row shares)
-        base, stop = int(starts[rows + 1 + lo]), int(starts[hi])
-        if not base <= int(starts[lo]) <= stop <= end - first:
-            raise DecodeError(f"the episode index puts values at bytes {base} to {stop} of blobs.bin, "
-                              f"which has {end - first}", member=where, noun="")
-        blobs = storage.read_at(shard.name, first + base, stop - base)
-        cuts = starts[lo:hi].tolist()
-        ends = [*cuts[1:], stop]
-        if any(b - a < size for a, b in zip(cuts, ends, strict=True)):
-            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=where, noun="")
-        cuts = [c - base for c in cuts]
-        if hi - lo == 1:
-            return memoryview(blobs)[cuts[0] : cuts[0] + size], blobs, base, n, where
-        return b"".join(memoryview(blobs)[c : c + size] for c in cuts), blobs, base, n, where
+        base, stop = ep.span(lo, hi, size)
+        cuts = ep.starts[lo:hi].tolist()
+        if any(b - a < size for a, b in zip(cuts, [*cuts[1:], stop], strict=True)):
+            raise DecodeError("the episode index's row starts leave no room for the rows' records", member=ep.where, noun="")
+        blobs = self._column_fetch(e, ep, new, ep.blobs + base, stop - base)
+        view = memoryview(blobs)
+        return b"".join(view[c - base : c - base + size] for c in cuts), blobs, base
 
     def _column_rows(self, e: int, lo: int, hi: int) -> dict[str, Any]:
         """Every field's rows ``lo .. hi - 1`` of episode position ``e``: arrays stacked, media,
         text and video references as lists."""
         cl = self._columns
         assert cl is not None
-        records, blobs, base, n, where = self._column_read(e, lo, hi)
-        rec = cl.records(records, hi - lo, where)
-        cl.blob_span(rec, base + len(blobs), where, base)
-        return cl.fields(rec, blobs, base, lo, n, self._video_names, where)
-
-    def _blob_starts(self, e: int, rows: int) -> np.ndarray | None:
-        """Episode position ``e``'s row starts in ``blobs.bin`` (``index.blob_starts``), cached."""
-        number = int(self._number[e])
-        starts = self._starts_cache.get(number)
-        if starts is None:
-            starts = self.index.blob_starts(number)  # rows + 1 starts, then rows first bytes read
-            if starts is not None and len(starts) != 2 * rows + 1:
-                raise DecodeError(f"{len(starts)} row starts in the episode index for {rows} rows",
-                                  path=self.index.path, member=f"episode {number}")
-            if len(self._starts_cache) >= _STARTS_CACHED:
-                self._starts_cache.clear()
-            self._starts_cache[number] = starts
-        return starts
+        ep, new = self._column_open(e)
+        records, blobs, base = self._column_read(e, lo, hi, ep, new)
+        rec = cl.records(records, hi - lo, ep.where)
+        cl.blob_span(rec, base + len(blobs), ep.where, base)
+        return cl.fields(rec, blobs, base, lo, ep.steps, self._video_names, ep.where)
 
     def _column_episode(self, e: int) -> dict[str, Any]:
         """Every field of episode position ``e``: one read of its sample, its first header checked."""
@@ -462,9 +495,11 @@ class Episodes:
             raise IndexError(f"step {t} out of range (episode {self.number(e)} has {n} steps)")
         out: dict[str, Any] = {}
         if self._columns is not None:
-            records, blobs, base, _, where = self._column_read(e, t, t + 1)
-            for name, value in self._columns.row(records, blobs, base, t, n, self._video_names, where).items():
-                out[name] = self.video.decoder.frame(value.file, value.timestamp) if isinstance(value, VideoRef) else value
+            out = self._column_step(e, t)
+            for name in self._video_fields:
+                if name in out:
+                    ref = out[name]
+                    out[name] = self.video.decoder.frame(ref.file, ref.timestamp)
         elif self.granularity == "step":
             shard, base, data, bounds = self._read_range(e, t, t + 1)
             fields = self._parts
@@ -557,8 +592,12 @@ class Episodes:
         idx = {name: np.clip(w, 0, n - 1) for name, w in want.items()}
         reach = [t, *(int(i.min()) for i in idx.values() if len(i)), *(int(i.max()) for i in idx.values() if len(i))]
         lo, hi = min(reach), max(reach) + 1
-        rows = self._read_rows(e, lo, hi) if self.granularity == "step" else self[e].steps
-        base = lo if self.granularity == "step" else 0
+        if self._columns is not None:  # the rows reached, one read (as a window)
+            rows, base = self._column_rows(e, lo, hi), lo
+        elif self.granularity == "step":
+            rows, base = self._read_rows(e, lo, hi), lo
+        else:
+            rows, base = self[e].steps, 0
         out: dict[str, Any] = {}
         for f in self.schema.fields:
             if fields is not None and f.name not in fields:

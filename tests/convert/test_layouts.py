@@ -1,6 +1,6 @@
 """Layout 1 (a tar member per field and step) and layout 2 (the columns layout, the default) hold
 the same episodes: for each format, an import in each layout of the same source exports to the
-same bytes, the columns import is the smaller one, and ``check`` names each one's layout. Sources
+same bytes, the columns import is the smaller one, and ``check`` and ``info`` name each one's layout. Sources
 are written with the formats' own tools (h5py, pyarrow and PyAV, TFRecord framing as TFDS writes
 it, the research code's tar shards)."""
 
@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 import shardstore
+from shardstore.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -41,6 +43,9 @@ def both_layouts(tmp_path: Path, do_import: Callable[[Path, str], object], expor
         assert layout == {"version": 2 if granularity == "columns" else 1, "granularity": granularity}
         res = subprocess.run([sys.executable, "-m", "shardstore.cli", "check", str(ds)], capture_output=True, text=True)
         assert res.returncode == 0 and f"episodes: layout {layout['version']} ({granularity}:" in res.stdout, res.stdout
+        info = CliRunner().invoke(main, ["info", str(ds)], catch_exceptions=False)
+        per = "step" if granularity == "step" else "episode"
+        assert info.exit_code == 0 and f"layout {layout['version']}, one sample per {per}" in info.output, info.output
         back = tmp_path / f"back-{granularity}"
         export(ds, back)
         exports[granularity] = tree(back)
@@ -108,3 +113,27 @@ def test_a_layout_newer_than_this_version_is_refused(tmp_path: Path) -> None:
     schema.write_text(json.dumps(obj))
     with pytest.raises(IndexVersionError, match="layout 3"):
         shardstore.episodes(str(tmp_path / "ds"))
+
+
+def test_a_dataset_written_before_layouts_had_numbers_reads_as_layout_1(tmp_path: Path) -> None:
+    """A ``schema.json`` without ``"layout"`` (the writers before layout 2) is layout 1: it reads the
+    same, and ``check`` names it."""
+    from shardstore.episodes import Episode, EpisodeWriter
+
+    rng = np.random.default_rng(3)
+    eps = [Episode(i, {"obs": rng.random((5 + i, 2), dtype=np.float32), "act": rng.integers(0, 4, 5 + i)}) for i in range(3)]
+    with EpisodeWriter(tmp_path / "ds", granularity="step") as w:
+        for ep in eps:
+            w.write(ep)
+    schema = tmp_path / "ds/.nv-meta/schema.json"
+    obj = json.loads(schema.read_text())
+    del obj["layout"]
+    schema.write_text(json.dumps(obj))
+    view = shardstore.episodes(str(tmp_path / "ds"))
+    assert view.layout == 1 and view.granularity == "step"
+    for ep in eps:
+        got = view[view.position(ep.index)]
+        assert all(np.array_equal(got.steps[k], v) for k, v in ep.steps.items())
+        assert np.array_equal(view.step(view.position(ep.index), 2)["obs"], ep.steps["obs"][2])
+    res = CliRunner().invoke(main, ["check", str(tmp_path / "ds")], catch_exceptions=False)
+    assert res.exit_code == 0 and "episodes: layout 1 (step:" in res.output, res.output
