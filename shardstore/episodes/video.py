@@ -461,10 +461,12 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
             return None
         index.check(rng.size, name)
         storage, base = self.store.storage, rng.offset
+        remote = storage.local_path(path) is None  # local files: one pread after another is faster
         return PacketSource(
             index,
             lambda offset, size: storage.read_at(path, base + offset, size),
-            lambda spans: storage.read_ranges([(path, ByteRange(base + offset, size)) for offset, size in spans]),
+            (lambda spans: storage.read_ranges([(path, ByteRange(base + offset, size)) for offset, size in spans]))
+            if remote else None,
         )
 
     def packet_indexes(self) -> dict[str, PacketIndex] | None:

@@ -381,7 +381,10 @@ def main() -> None:
         if env is None:
             continue
         python = sys.executable if kind in ("shardstore", "floor") else args.lerobot_python
+        t0 = time.perf_counter()
         figures[kind] = reader(kind, python, paths.get(kind, data / "src"), spec, env)
+        print(f"{kind} ({time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.1f}): {json.dumps(figures[kind])}",
+              file=sys.stderr, flush=True)
     s3 = s3_figures(args, data, spec, envs) if args.s3_items else {}
     load = os.getloadavg()
     lines = [f"{args.episodes} episodes x {args.frames} frames, 2 cameras {args.size}x{args.size} AV1 at {args.fps} fps, "
