@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds lerobot test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers
+.PHONY: help venv energon6 tfds lerobot test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -16,6 +16,7 @@ help:
 	@echo "make lint   - ruff and mypy"
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
 	@echo "make bench-quick - the same scripts on tiny data (a few minutes; figures mean nothing)"
+	@echo "make bench-lerobot - LeRobot loaders: shardstore, LeRobotDataset, lerobot-lancedb (optional; long)"
 
 # Two steps in one venv: `make demo` needs only the package and Pillow (`.base`, well under a minute);
 # `make test` adds the whole tool chain on top (torch, megatron-energon, minari, moto, ruff, mypy, ...).
@@ -136,6 +137,15 @@ $(RATARMOUNT_VENV)/.installed:
 	touch $@
 
 bench-peers: $(WIDS_VENV)/.installed $(RATARMOUNT_VENV)/.installed
+
+# Optional, never part of `make test`: shardstore's LeRobotDataset drop-in against LeRobotDataset
+# (torchcodec, PyAV) and lerobot-lancedb 0.3.1 (installed beside lerobot 0.6.1: it keeps its pins).
+$(LEROBOT)/.lancedb: $(LEROBOT)/.installed
+	$(LEROBOT)/bin/python -m pip install -q lerobot-lancedb==0.3.1
+	touch $@
+
+bench-lerobot: venv $(LEROBOT)/.lancedb
+	$(PY) tools/bench/lerobot_loader.py --data /work/benchdata/lerobot-loader --json docs/bench/lerobot-loader.json
 
 clean:
 	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(LEROBOT) $(LEROBOT03) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache

@@ -101,9 +101,9 @@ class LeRobotDataset(_tud.Dataset):  # type: ignore[type-arg]
         for f in self.view.schema.fields:
             value = raw[f.name]
             if f.kind == "video":
-                item[f.name] = _chw(value)
+                item[f.name] = chw_float(value)
             elif _is_image(f):
-                item[f.name] = _chw(_decode_images(value))
+                item[f.name] = chw_float(_decode_images(value))
             elif f.kind == "array":
                 item[f.name] = torch.from_numpy(np.array(value))  # a copy: 0-d stays 0-d, rows stay writable
             else:
@@ -157,8 +157,3 @@ def _decode_images(value: Any) -> np.ndarray:
 
     return np.stack([one(v) for v in value]) if isinstance(value, list) else one(value)
 
-
-def _chw(frames: np.ndarray) -> Any:
-    """Float32 CHW (TCHW) in [0, 1] of a writable copy when the frames are the decoder's kept,
-    read-only arrays (torch warns on a tensor over a read-only buffer)."""
-    return chw_float(np.require(frames, requirements=["C", "W"]))

@@ -170,6 +170,9 @@ class PacketSource:
 
     index: PacketIndex
     read: Callable[[int, int], bytes]
+    #: Many ``(offset, size)`` at once, concurrently (a batch's groups of pictures over S3 in about
+    #: one round trip); None: one ``read`` after another.
+    read_many: Callable[[list[tuple[int, int]]], list[bytes]] | None = None
 
 
 def index_packets(open_file: Callable[[], IO[bytes]], name: str) -> PacketIndex | None:
@@ -377,13 +380,19 @@ class PacketReader:
         self.decoded: dict[str, int] = {}
 
     def frames(
-        self, name: str, index: PacketIndex, read: Callable[[int, int], bytes], wanted: Iterable[int]
+        self,
+        name: str,
+        index: PacketIndex,
+        read: Callable[[int, int], bytes],
+        wanted: Iterable[int],
+        read_many: Callable[[list[tuple[int, int]]], list[bytes]] | None = None,
     ) -> list[np.ndarray]:
         """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB, in the order asked.
         ``read(offset, size)`` gives the file's bytes. Frames are decoded in file order, each
         group of pictures from its keyframe once (frames of one group share it); the packets of
         neighbouring groups are read in one go, a gap of unneeded groups (a batch's frames spread
-        over a file) starts a new read instead of reading through it."""
+        over a file) starts a new read instead of reading through it; with ``read_many`` the
+        runs' stretches are read at once before decoding."""
         wanted = list(wanted)
         got = {i: self._kept[(name, i)] for i in wanted if (name, i) in self._kept}
         todo = sorted(set(wanted) - set(got))
@@ -395,7 +404,10 @@ class PacketReader:
             reformatter = self._reformatters.get(kind)
             if reformatter is None:
                 reformatter = self._reformatters[kind] = self.av.video.reformatter.VideoReformatter()
-            for run in _runs(index, todo):
+            runs = _runs(index, todo)
+            if read_many is not None and len(runs) > 1:
+                read = _prefetched(read, read_many, [_stretch(index, run) for run in runs])
+            for run in runs:
                 self._decode_run(name, index, read, run, decoder, reformatter, got)
         return [got[i] for i in wanted]
 
@@ -437,6 +449,29 @@ class PacketReader:
         self._kept[key] = arr
         if len(self._kept) > FRAMES_KEPT:
             self._kept.popitem(last=False)
+
+
+def _stretch(index: PacketIndex, run: list[int]) -> tuple[int, int]:
+    """(offset, size) of the packets a run decodes from its keyframe (what ``_decode_run`` reads
+    at most: decoding on from where the decoder stands reads a part of it)."""
+    first, last = index.keyframe_before(run[0]), int(index.reach[run[-1]])
+    lo = int(index.pos[min(first, last)])
+    return lo, int(index.pos[last] + index.size[last]) - lo
+
+
+def _prefetched(
+    read: Callable[[int, int], bytes], read_many: Callable[[list[tuple[int, int]]], list[bytes]], spans: list[tuple[int, int]]
+) -> Callable[[int, int], bytes]:
+    """``read`` served from ``spans`` read at once by ``read_many`` (a read outside them: ``read``)."""
+    datas = read_many(spans)
+
+    def cached(offset: int, size: int) -> bytes:
+        for (lo, n), data in zip(spans, datas, strict=True):
+            if lo <= offset and offset + size <= lo + n:
+                return data[offset - lo : offset - lo + size]
+        return read(offset, size)
+
+    return cached
 
 
 def _runs(index: PacketIndex, todo: list[int]) -> list[list[int]]:

@@ -36,7 +36,7 @@ from typing import IO, Any, cast
 import numpy as np
 
 from ..errors import DecodeError, MissingExtraError
-from ..storage import Storage
+from ..storage import ByteRange, Storage
 from .packets import (
     THREADS,
     PacketIndex,
@@ -360,7 +360,7 @@ class FrameDecoder:
         if self._reader is None:
             self._reader = PacketReader()
         index = source.index
-        return self._reader.frames(name, index, source.read, index.frames_at(timestamps, name))
+        return self._reader.frames(name, index, source.read, index.frames_at(timestamps, name), source.read_many)
 
     def indexed(self, name: str) -> bool:
         """Whether ``name`` is read at the packet level (else through the demuxer)."""
@@ -461,7 +461,13 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
             return None
         index.check(rng.size, name)
         storage, base = self.store.storage, rng.offset
-        return PacketSource(index, lambda offset, size: storage.read_at(path, base + offset, size))
+        remote = storage.local_path(path) is None  # local files: one pread after another is faster
+        return PacketSource(
+            index,
+            lambda offset, size: storage.read_at(path, base + offset, size),
+            (lambda spans: storage.read_ranges([(path, ByteRange(base + offset, size)) for offset, size in spans]))
+            if remote else None,
+        )
 
     def packet_indexes(self) -> dict[str, PacketIndex] | None:
         """Every file's packet index from the store's ``packets`` file (files that did not

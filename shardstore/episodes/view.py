@@ -34,7 +34,7 @@ from ..errors import (
     StorageError,
 )
 from ..keys import split_name
-from ..storage import LocalStorage
+from ..storage import ByteRange, LocalStorage
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
 from .columns import ColumnEpisode, ColumnLayout, RecentEpisodes
@@ -196,14 +196,26 @@ class Episodes:
     def _read_range(self, e: int, lo: int, hi: int) -> tuple[ShardRef, int, bytes, list[int]]:
         """(shard, offset, bytes, sample bounds relative to them) of samples ``lo .. hi - 1`` of
         episode position ``e``: one read, located through the shard's ``.tar.idx``."""
-        shard, bounds, followed = self._locate(e, lo, hi)
-        base = bounds[0]
+        return self._read_ranges([(e, lo, hi)])[0]
+
+    def _read_ranges(self, spans: Sequence[tuple[int, int, int]]) -> list[tuple[ShardRef, int, bytes, list[int]]]:
+        """``_read_range`` of each ``(e, lo, hi)``, the reads concurrent (``read_ranges``): a
+        batch's episodes over S3 in about one round trip, not one each."""
+        located = [self._locate(e, lo, hi) for e, lo, hi in spans]
         # one header more when the episode's last sample is read: the next sample must not be its
-        tail = 512 if followed else 0
-        data = self.dataset.storage.read_at(shard.name, base, bounds[-1] - base + tail)
-        rel = [b - base for b in bounds]
-        self._check_keys(e, lo, hi, data, rel, tail, shard)
-        return shard, base, data, rel
+        tails = [512 if followed else 0 for _, _, followed in located]
+        requests = [(shard.name, ByteRange(b[0], b[-1] - b[0] + tail)) for (shard, b, _), tail in zip(located, tails, strict=True)]
+        storage = self.dataset.storage
+        if len(requests) > 1 and storage.local_path(requests[0][0]) is None:
+            datas = storage.read_ranges(requests)
+        else:  # local files: one pread after another is faster than a thread pool
+            datas = [storage.read_at(path, rng.offset, rng.size) for path, rng in requests]
+        out = []
+        for (e, lo, hi), (shard, bounds, _), tail, data in zip(spans, located, tails, datas, strict=True):
+            rel = [b - bounds[0] for b in bounds]
+            self._check_keys(e, lo, hi, data, rel, tail, shard)
+            out.append((shard, bounds[0], data, rel))
+        return out
 
     def _check_keys(self, e: int, lo: int, hi: int, data: bytes, bounds: list[int], tail: int, shard: ShardRef) -> None:
         """The identity check of a read (a few byte compares): the first and last samples read have
@@ -335,11 +347,15 @@ class Episodes:
 
     def _column_episode(self, e: int) -> dict[str, Any]:
         """Every field of episode position ``e``: one read of its sample, its first header checked."""
+        return self._column_fields(e, self._read_range(e, 0, 1))
+
+    def _column_fields(self, e: int, read: tuple[ShardRef, int, bytes, list[int]]) -> dict[str, Any]:
+        """Every field of episode position ``e`` from the read of its sample."""
         cl = self._columns
         assert cl is not None
         n = int(self._steps[e])
         rows = n + 1 if self._extra else n
-        shard, base, data, _ = self._read_range(e, 0, 1)
+        shard, _, data, _ = read
         where = f"{shard.name}, episode {self.number(e)}"
         cl.check_sample(data, layout.episode_key(self.number(e)), rows, where)
         rec = cl.records(data, rows, where, cl.rows_at(rows))
@@ -569,6 +585,7 @@ class Episodes:
         *,
         fields: Collection[str] | None = None,
         decode: bool = True,
+        steps: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Step ``t`` of episode position ``e`` with, for each field named in ``offsets``, its rows
         at ``t + offset`` stacked (a policy's observation history and action chunk, LeRobot's
@@ -578,7 +595,8 @@ class Episodes:
         marked in ``<field>_is_pad``. Only the frames returned are decoded: two frames and a
         50-step action chunk decode two frames per camera, in time order, one keyframe start per
         group of pictures. ``fields`` keeps only those fields (default all: a camera left out is
-        not decoded); ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``).
+        not decoded); ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``);
+        ``steps``: the episode's fields already read (``get_many`` reads a batch's at once).
         """
         e = self._e(e)
         n = int(self._steps[e])
@@ -592,7 +610,9 @@ class Episodes:
         idx = {name: np.clip(w, 0, n - 1) for name, w in want.items()}
         reach = [t, *(int(i.min()) for i in idx.values() if len(i)), *(int(i.max()) for i in idx.values() if len(i))]
         lo, hi = min(reach), max(reach) + 1
-        if self._columns is not None:  # the rows reached, one read (as a window)
+        if steps is not None:  # the episode's rows, already read (a batch)
+            rows, base = steps, 0
+        elif self._columns is not None:  # the rows reached, one read (as a window)
             rows, base = self._column_rows(e, lo, hi), lo
         elif self.granularity == "step":
             rows, base = self._read_rows(e, lo, hi), lo
@@ -618,9 +638,16 @@ class Episodes:
         """``sample(e, t, offsets)`` of each ``(e, t)`` of ``steps``, their frames decoded together
         in file and time order (a batch's frames of one group of pictures share its keyframe start,
         each distinct frame is decoded once): what a DataLoader's batched fetch calls."""
-        items = [self.sample(e, t, offsets or {}, decode=False) for e, t in steps]
+        read = self._column_episodes([self._e(e) for e, _ in steps]) if self._columns is not None else {}
+        items = [self.sample(e, t, offsets or {}, decode=False, steps=read.get(self._e(e))) for e, t in steps]
         self._decode_videos(items)
         return items
+
+    def _column_episodes(self, es: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """The fields of each distinct episode position of ``es`` (columns layout), read at once."""
+        distinct = sorted(set(es))
+        reads = self._read_ranges([(e, 0, 1) for e in distinct])
+        return {e: self._column_fields(e, read) for e, read in zip(distinct, reads, strict=True)}
 
     def _decode_videos(self, items: list[dict[str, Any]]) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of

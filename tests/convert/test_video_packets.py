@@ -97,6 +97,28 @@ def test_windows_cross_keyframes(src: Path, imported: Path) -> None:
             assert np.array_equal(w[cam], np.stack([ref[(e, cam)][i] for i in idx])), (e, t, cam)
 
 
+def test_batch_reads_its_groups_of_pictures_at_once(src: Path, imported: Path) -> None:
+    """get_many over frames in several groups of pictures of one file, on remote storage: one
+    read_many call with a stretch per group (the reads concurrent: S3 in one round trip), the
+    frames PyAV's; the batch's episodes read in one read_ranges call."""
+    ref = reference(src)
+    view = shardstore.episodes(str(imported))
+    calls: list[int] = []
+    for storage in {id(s): s for s in (view.dataset.storage, view.video.store.storage)}.values():
+        storage.local_path = lambda path: None  # type: ignore[method-assign]  # read as S3 is (local: one pread each)
+        def counting(requests, *a, _real=storage.read_ranges, **k):  # type: ignore[no-untyped-def]
+            calls.append(len(requests))
+            return _real(requests, *a, **k)
+
+        storage.read_ranges = counting  # type: ignore[method-assign]
+    steps = [(0, 1), (2, 5), (0, 9), (0, 12)]  # episode 0's frames in groups of pictures 0, 8 and 12
+    items = view.get_many(steps)
+    for (e, t), item in zip(steps, items, strict=True):
+        for cam in (FRONT, WRIST):
+            assert np.array_equal(item[cam], ref[(e, cam)][t]), (e, t, cam)
+    assert sorted(calls) == [2, 3, 3]  # two episodes' samples; three stretches of each camera's file
+
+
 def bframe_h264(path: Path, episode: int, frames: int) -> None:
     """The episode's frames as H.264 with B-frames: shown in another order than decoded."""
     with av.open(str(path), "w") as c:

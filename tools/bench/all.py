@@ -84,6 +84,10 @@ STEPS = [
          lambda p, out: ["lerobot.py", "--episodes", "4", "--frames", "30", "--items", "20", "--windows", "4",
                          "--npy-episodes", "2", "--repeat", "1", "--s3-items", "0", "--data", os.path.join(p.work, "lerobot"),
                          "--json", out]),
+    # LeRobot loaders (shardstore's drop-in, LeRobotDataset, lerobot-lancedb): needs .venv-lerobot
+    # with lerobot-lancedb (`make bench-lerobot` installs it); too long for the quick run
+    Step("lerobot-loader", lambda p, out: ["lerobot_loader.py", "--data", os.path.join(p.work, "lerobot-loader"),
+                                           "--json", out], None),
     Step("convert", lambda p, out: ["convert.py", "--episodes", "200", "--steps", "50", "--work",
                                     os.path.join(p.work, "convert"), "--json", out],
          lambda p, out: ["convert.py", "--episodes", "3", "--steps", "5", "--formats", "minari-hdf5,minari-arrow,episode-wds",
