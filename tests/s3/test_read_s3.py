@@ -216,7 +216,7 @@ def test_get_many_reads_concurrently(prepared: Prepared) -> None:
         t_loop = time.perf_counter() - t0
     assert many == loop
     assert t_loop >= 24 * 0.05
-    assert t_many < t_loop / 3, (t_many, t_loop)
+    assert t_many < t_loop / 2, (t_many, t_loop)  # one by one, they would cost as much as the loop
 
 
 def test_forked_and_spawned_workers_read(prepared: Prepared) -> None:
