@@ -36,6 +36,7 @@ value to the next bin); ``count`` exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -69,17 +70,25 @@ TOLERANCE = {"min": (1e-5, 0), "max": (1e-5, 0), "mean": (1e-5, 0), "std": (1e-3
 def vector_stats(values: np.ndarray) -> Stats:
     """One episode's stats of a numeric feature (``values``: steps first), shaped as LeRobot's:
     ``(1,)`` for a scalar column, the feature's trailing shape flattened otherwise."""
-    n = len(values)
-    x = values.reshape(n, -1)
+    return segment_stats(values, np.array([0, len(values)]))[0]
+
+
+def segment_stats(values: np.ndarray, bounds: np.ndarray) -> list[Stats]:
+    """``vector_stats`` of each run ``values[bounds[i]:bounds[i + 1]]`` (a data file's episodes), the
+    quantiles' histograms of all runs binned and sorted at once (a check reads whole files: one
+    pass over a column, not one per episode). An empty run has no stats (``{}``); a run with NaN or
+    Inf gets NaN or Inf stats, silently (the check reports the values themselves)."""
+    x = values.reshape(len(values), -1)
     x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
-    return _stats(x, n)
+    with np.errstate(all="ignore"):
+        return _stats(x, np.asarray(bounds, np.int64))
 
 
 def image_stats(frames: Sequence[np.ndarray]) -> Stats:
     """Per-channel stats of sampled ``frames`` (each HWC uint8, already sampled), in [0, 1]."""
     chw = [_downsample(np.moveaxis(f.reshape(f.shape[0], f.shape[1], -1), -1, 0)) for f in frames]
     x = np.stack(chw).transpose(0, 2, 3, 1).reshape(-1, chw[0].shape[0])
-    out = _stats(x.astype(np.float32), len(chw))
+    out = _stats(x.astype(np.float32), np.array([0, len(x)]))[0] | {"count": np.array([len(chw)])}
     return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
 
 
@@ -128,47 +137,82 @@ def _downsample(chw: np.ndarray) -> np.ndarray:
     return chw[:, ::step, ::step]
 
 
-def _stats(x: np.ndarray, count: int) -> Stats:
-    """min, max, mean, std and the histogram quantiles of each column of ``x``."""
-    if len(x) < 2:
-        mean = x.mean(0)
-        return {"min": x.min(0), "max": x.max(0), "mean": mean, "std": x.std(0), "count": np.array([count])} | {
-            q: mean.copy() for q in QUANTILES
-        }
-    mean = x.mean(0)
-    variance = (x**2).mean(0) - mean**2
-    out: Stats = {
-        "min": x.min(0),
-        "max": x.max(0),
-        "mean": mean,
-        "std": np.sqrt(np.maximum(0, variance)),
-        "count": np.array([count]),
-    }
-    return out | _quantiles(x, out["min"], out["max"])
+def _stats(x: np.ndarray, bounds: np.ndarray) -> list[Stats]:
+    """min, max, mean, std and the histogram quantiles of each column of each run of ``x``
+    (``bounds``: from 0 to ``len(x)``)."""
+    out: list[Stats] = []
+    for a, b in pairwise(bounds):
+        run = x[a:b]
+        if not len(run):
+            out.append({})
+            continue
+        mean = run.mean(0)
+        std = run.std(0) if len(run) < 2 else np.sqrt(np.maximum(0, (run**2).mean(0) - mean**2))
+        out.append({"min": run.min(0), "max": run.max(0), "mean": mean, "std": std, "count": np.array([len(run)])})
+    full = [s for s in out if s]
+    if full:  # empty runs have no rows: without their repeated bounds the runs still cover x
+        quantiles = _quantiles(x, np.unique(bounds), *(np.stack([s[k] for s in full]) for k in ("min", "max")))
+        for row, s in enumerate(full):  # LeRobot: one frame has its mean as every quantile (and np.std as std)
+            s |= {q: s["mean"].copy() if s["count"][0] == 1 else v[row] for q, v in quantiles.items()}
+    return out
 
 
-def _quantiles(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
-    """The histogram quantiles of every column of ``x`` (the bins and interpolation of the module
-    docstring): the bin of each value as ``np.histogram`` puts it, then per quantile, from the
-    sorted bins, the bin where the cumulative count reaches ``q * n`` and the counts before and in it."""
+def _edges(start: np.ndarray, stop: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Edge ``i`` of ``np.linspace(start, stop, BINS + 1)`` for each element, with linspace's own
+    arithmetic (in the edges' dtype; ``i / BINS * delta`` where the step is zero, the last edge
+    ``stop``): the edges LeRobot bins with, without building them."""
+    delta = stop - start
+    step = delta / BINS
+    y = i.astype(start.dtype)
+    edge = np.where(step == 0, y / BINS * delta, y * step) + start
+    return np.where(i == BINS, stop, edge)
+
+
+def _edges_below(start: np.ndarray, stop: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """How many of the ``BINS + 1`` edges from ``start`` to ``stop`` are ``<= x``, per element
+    (``np.searchsorted(edges, x, side="right")``): guessed from the step, the guess checked against
+    the two edges around it, a binary search where it misses (edges that rounding bunched)."""
+    guess = np.floor((x - start.astype(np.float64)) / (stop.astype(np.float64) - start) * BINS)
+    count = np.clip(np.nan_to_num(guess, nan=0.0, posinf=BINS, neginf=-1), -1, BINS).astype(np.int64) + 1
+    miss = ~((_edges(start, stop, np.maximum(count - 1, 0)) <= x) | (count == 0))
+    miss |= (count <= BINS) & ~(x < _edges(start, stop, np.minimum(count, BINS)))
+    if miss.any():
+        s, t, v = start[miss], stop[miss], x[miss]
+        below, above = np.zeros(len(v), np.int64), np.full(len(v), BINS + 1, np.int64)
+        while (active := below < above).any():
+            mid = (below + above) // 2
+            le = active & (_edges(s, t, np.minimum(mid, BINS)) <= v)
+            below, above = np.where(le, mid + 1, below), np.where(active & ~le, mid, above)
+        count[miss] = below
+    return count
+
+
+def _quantiles(x: np.ndarray, bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
+    """The histogram quantiles of every column of each run ``x[bounds[r]:bounds[r + 1]]`` (min ``lo[r]``,
+    max ``hi[r]``), by the bins and interpolation of the module docstring, as rows of (runs, columns):
+    each value's bin as ``np.histogram`` puts it (a binary search over the computed edges), the keys
+    (run, bin) of each column sorted once, then per quantile the bin where a run's cumulative count
+    reaches ``q * n`` and the counts before and in it."""
     n, d = x.shape
-    # one linspace per column: numpy's linspace over arrays takes another arithmetic path when one
-    # column is constant, and LeRobot builds each column's edges from its own scalars
-    edges = np.stack([np.linspace(lo[j] - 1e-10, hi[j] + 1e-10, BINS + 1) for j in range(d)], axis=1)
-    cols = np.arange(d)
-    b = np.stack([np.searchsorted(edges[:, j], x[:, j], side="right") - 1 for j in range(d)], axis=1)
-    b = np.clip(b, 0, BINS - 1)  # np.histogram: [e_i, e_i+1), the last bin closed
-    ordered = np.sort(b, axis=0)
+    lengths = np.diff(bounds)
+    run = np.repeat(np.arange(len(lengths)), lengths)
+    start, stop = lo - 1e-10, hi + 1e-10  # in the data's dtype, as LeRobot's scalars are
+    below = _edges_below(start[run], stop[run], x)
+    keys = run[:, None] * BINS + np.clip(below - 1, 0, BINS - 1)  # np.histogram: the last bin closed
+    span = len(lengths) * BINS  # each column's keys shifted past the previous column's: one sorted array
+    ordered = (np.sort(keys, axis=0) + np.arange(d) * span).T.ravel()
+    first = bounds[:-1, None] + np.arange(d) * n
     out: Stats = {}
     for name, q in QUANTILES.items():
-        target = q * n
-        k = min(max(int(np.ceil(target)) - 1, 0), n - 1)
-        at = ordered[k]  # per column: the first bin whose cumulative count reaches the target
-        before = (ordered < at).sum(0)
-        inside = (ordered == at).sum(0)
-        left, right = edges[at, cols], edges[np.minimum(at + 1, BINS), cols]
+        target = (q * lengths)[:, None]
+        k = np.clip(np.ceil(target).astype(np.int64) - 1, 0, lengths[:, None] - 1)
+        at = ordered[first + k]  # per run and column: the first bin whose cumulative count reaches the target
+        left_end = np.searchsorted(ordered, at, "left")
+        before, inside = left_end - first, np.searchsorted(ordered, at, "right") - left_end
+        b = at - np.arange(d) * span - np.arange(len(lengths))[:, None] * BINS
+        left, right = _edges(start, stop, b), _edges(start, stop, np.minimum(b + 1, BINS))
         value = left + (target - before) / inside * (right - left)
-        out[name] = np.where(at == 0, edges[0], value).astype(np.float64)
+        out[name] = np.where(b == 0, start, value).astype(np.float64)
     return out
 
 
