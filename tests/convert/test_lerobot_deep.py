@@ -158,3 +158,28 @@ def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
     for key, x in arrays.items():
         for stat, value in lstats.vector_stats(x).items():
             assert np.array_equal(np.asarray(value, np.float64).ravel(), theirs[f"{key}/{stat}"].astype(np.float64).ravel()), (key, stat)
+
+
+DOCTOR = Path(os.environ.get("SHARDSTORE_LEROBOT_DOCTOR", ROOT / ".venv-doctor" / "bin" / "lerobot-doctor"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_finds_every_fault_lerobot_doctor_finds(clean: Path) -> None:
+    """Each seeded fault that lerobot-doctor (PyPI, in a venv of its own: ``pip install
+    lerobot-doctor``; SHARDSTORE_LEROBOT_DOCTOR names its command) reports, shardstore reports as an
+    error too: tools/bench/check.py's comparison, asserted."""
+    import argparse
+    import importlib.util
+
+    if not DOCTOR.exists():
+        pytest.skip(f"no lerobot-doctor at {DOCTOR}")
+    spec = importlib.util.spec_from_file_location("bench_check", ROOT / "tools" / "bench" / "check.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    found = bench.faults(argparse.Namespace(doctor=str(DOCTOR), clean=str(clean)))
+    assert set(found) == set(FAULTS)
+    assert any(f["lerobot_doctor_found"] for f in found.values())  # the doctor ran and saw faults
+    missed = {name: f["lerobot_doctor"] for name, f in found.items() if f["lerobot_doctor_found"] and not f["shardstore_found"]}
+    assert not missed

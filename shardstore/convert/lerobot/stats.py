@@ -36,7 +36,6 @@ value to the next bin); ``count`` exactly.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from itertools import pairwise
 
 import numpy as np
 
@@ -140,15 +139,16 @@ def _downsample(chw: np.ndarray) -> np.ndarray:
 def _stats(x: np.ndarray, bounds: np.ndarray) -> list[Stats]:
     """min, max, mean, std and the histogram quantiles of each column of each run of ``x``
     (``bounds``: from 0 to ``len(x)``)."""
-    out: list[Stats] = []
-    for a, b in pairwise(bounds):
-        run = x[a:b]
-        if not len(run):
-            out.append({})
-            continue
-        mean = run.mean(0)
-        std = run.std(0) if len(run) < 2 else np.sqrt(np.maximum(0, (run**2).mean(0) - mean**2))
-        out.append({"min": run.min(0), "max": run.max(0), "mean": mean, "std": std, "count": np.array([len(run)])})
+    lengths = np.diff(bounds)
+    out: list[Stats] = [{} for _ in lengths]
+    for n in np.unique(lengths[lengths > 0]).tolist():  # the runs of one length as one (runs, n, columns) block:
+        runs = np.flatnonzero(lengths == n)  # its reductions over axis 1 are each run's own, bit for bit
+        block = x[bounds[runs[0]]:bounds[runs[0]] + n][None] if len(runs) == 1 else x[bounds[runs][:, None] + np.arange(n)]
+        mean = block.mean(1)
+        std = block.std(1) if n < 2 else np.sqrt(np.maximum(0, (block**2).mean(1) - mean**2))
+        lo, hi = block.min(1), block.max(1)
+        for j, r in enumerate(runs.tolist()):
+            out[r] = {"min": lo[j], "max": hi[j], "mean": mean[j], "std": std[j], "count": np.array([n])}
     full = [s for s in out if s]
     if full:  # empty runs have no rows: without their repeated bounds the runs still cover x
         quantiles = _quantiles(x, np.unique(bounds), *(np.stack([s[k] for s in full]) for k in ("min", "max")))
