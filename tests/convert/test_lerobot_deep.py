@@ -7,6 +7,7 @@ writes) uses tools/make_lerobot.py's layout."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
