@@ -51,7 +51,7 @@ def test_bench_quick_writes_json_table_and_charts(tmp_path: Path) -> None:
 
     results = tmp_path / "results"
     steps = ["prepare", "read"] + ([] if problem else ["mount"])
-    for step in ("episodes", "rlds", "lerobot"):  # the robot-learning benchmarks ran and wrote their figures
+    for step in ("episodes", "rlds", "lerobot", "check"):  # the robot-learning benchmarks ran and wrote their figures
         assert json.loads((results / f"{step}.json").read_text()), step
     assert "== import-cluster done" in proc.stdout
     for step in steps:

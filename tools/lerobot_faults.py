@@ -97,11 +97,13 @@ def _cut_video(ds: Path) -> None:
     path.write_bytes(data[: len(data) // 2])
 
 
-def _overlap(ds: Path) -> None:
-    def edit(cols: dict[str, Any]) -> None:
-        cols[f"videos/{CAM}/from_timestamp"][2] -= 0.5
+def _shift_range(episode: int, key: str, seconds: float) -> Callable[[Path], None]:
+    """Episode ``episode``'s camera time range with its ``key`` end moved by ``seconds``."""
 
-    edit_table(ds / EPISODES, edit)
+    def edit(cols: dict[str, Any]) -> None:
+        cols[f"videos/{CAM}/{key}"][episode] += seconds
+
+    return lambda ds: edit_table(ds / EPISODES, edit)
 
 
 def _appended_take(ds: Path) -> None:
@@ -165,8 +167,11 @@ FAULTS: dict[str, tuple[Callable[[Path], None], str, dict[str, Any]]] = {
     "codec_lies": (_info(lambda i: i["features"][CAM]["info"].__setitem__("video.codec", "h264")), "video", {"field": "video.codec"}),
     "pix_fmt_lies": (_info(lambda i: i["features"][CAM]["info"].__setitem__("video.pix_fmt", "yuv444p")), "video", {"field": "video.pix_fmt"}),
     "mp4_cut_in_half": (_cut_video, "video", {"camera": CAM}),
-    "ranges_overlap": (_overlap, "video_ranges", {"episode": 2, "camera": CAM}),
+    "ranges_overlap": (_shift_range(2, "from_timestamp", -0.5), "video_ranges", {"episode": 2, "camera": CAM}),
     "appended_take": (_appended_take, "appended_frames", {"camera": CAM, "frame": 40}),
+    "fps_lies": (_info(lambda i: i["features"][CAM]["info"].__setitem__("video.fps", 15)), "video", {"field": "video.fps"}),
+    "range_shorter_than_rows": (_shift_range(1, "to_timestamp", -0.5), "video", {"episode": 1, "camera": CAM}),
+    "range_past_the_file": (_shift_range(2, "to_timestamp", 1.0), "video_ranges", {"episode": 2, "camera": CAM}),
     # hostile metadata: a one-line error, no traceback, nothing allocated by the length it claims
     "stats_json_garbage": (_stats_json_garbage, "stats", {"field": "action"}),
     "length_lies": (_length_lies, "rows", {"episode": 2}),

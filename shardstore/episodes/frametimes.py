@@ -53,10 +53,12 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 raise DecodeError("no video stream", path=name)
             s = c.streams.video[0]
             cc = s.codec_context
-            rows = [(p.pts, p.pos, p.size, p.is_corrupt) for p in c.demux(s) if p.size and p.pts is not None]
-            pts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-            end = np.fromiter((r[1] + r[2] if r[1] is not None and r[1] >= 0 else 0 for r in rows), np.int64, len(rows))
-            bad = (end > size) | np.fromiter((r[3] for r in rows), np.bool_, len(rows))
+            rows = np.array(  # pts, byte offset (-1: unknown), size, corrupt flag
+                [(p.pts, -1 if p.pos is None else p.pos, p.size, p.is_corrupt) for p in c.demux(s) if p.size and p.pts is not None],
+                np.int64,
+            ).reshape(-1, 4)
+            pts = rows[:, 0]
+            bad = ((rows[:, 1] >= 0) & (rows[:, 1] + rows[:, 2] > size)) | (rows[:, 3] != 0)
             broken = pts[bad]
             tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
             times = np.sort(pts).astype(np.float64) * float(tb)

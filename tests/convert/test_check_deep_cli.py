@@ -91,3 +91,35 @@ def test_episode_wds_cli_finds_a_lost_frame(tmp_path: Path) -> None:
     assert code == 1 and report["parts"] == {"demos/magical/MoveToCorner": {"episodes": 2, "frames": 6}}
     (lost,) = [p for p in report["problems"] if p["check"] == "frames"]
     assert (lost["episode"], lost["frame"], lost["expected"][:9]) == (0, 2, "frame_002")
+
+
+def test_every_deep_check_draws_a_progress_bar(tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+    """Asked for one (the CLI asks on a terminal, without --quiet or --json), each format's deep
+    check draws a bar on stderr, and none without."""
+    import importlib
+
+    from minari_sources import cartpole
+
+    from shardstore.cli import DEEP_CHECKS
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "minari"))
+    cartpole("test/cartpole/bar-v0", episodes=3)
+
+    write_rlds_source(tmp_path / "robo" / "1.0.0")
+    folder = tmp_path / "ewds" / "demos" / "magical" / "MoveToCorner"
+    write_shard(folder / "shard-000000.tar", {"env": "MoveToCorner"}, rollouts(np.random.default_rng(0), [4, 3]))
+    sources = {
+        "lerobot": (make_lerobot(str(tmp_path / "v30"), version="v3.0", episodes=2, frames=6, image=False), "Checking LeRobot"),
+        "rlds": (str(tmp_path / "robo" / "1.0.0"), "Checking RLDS"),
+        "episode-wds": (str(tmp_path / "ewds"), "Checking episode-wds"),
+        "minari": (str(tmp_path / "minari/test/cartpole/bar-v0"), "Checking Minari"),
+    }
+    for fmt, (src, bar) in sources.items():
+        module, name = DEEP_CHECKS[fmt]
+        check_fn = getattr(importlib.import_module(module), name)
+        kwargs = {"deep": True} if fmt in ("episode-wds", "minari") else {}
+        assert check_fn(src, progress=True, **kwargs).ok, fmt
+        err = capsys.readouterr().err
+        assert bar in err and "100%" in err, (fmt, err)
+        assert check_fn(src, progress=False, **kwargs).ok
+        assert bar not in capsys.readouterr().err

@@ -7,6 +7,7 @@ writes) uses tools/make_lerobot.py's layout."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -106,6 +107,28 @@ def test_v21_faults(tmp_path: Path) -> None:
     assert any(p.check == "video" and p.episode == 0 and p.camera == cam for p in problems), [str(p) for p in problems]
 
 
+def test_segment_stats_equal_each_episodes_own() -> None:
+    """A data file's stats computed for all its episodes at once (``stats.segment_stats``, what the
+    check does) equal each episode's computed alone, bit for bit: episodes of one row and of none,
+    constant columns, integers, float32 values far from 0 (bunched histogram edges)."""
+    from shardstore.convert.lerobot import stats as lstats
+
+    rng = np.random.default_rng(2)
+    for t in range(40):
+        lengths = rng.integers(0 if t % 3 else 1, 200, size=int(rng.integers(1, 7)))
+        x = rng.normal(size=(int(lengths.sum()), int(rng.integers(1, 5)))) * rng.uniform(0.01, 50)
+        x = (x + [0.0, 1e6, -3.0][t % 3]).astype([np.float32, np.float64, np.int64][t % 3])
+        if t % 4 == 0:
+            x[:, 0] = 2
+        bounds = np.concatenate([[0], np.cumsum(lengths)])
+        together = lstats.segment_stats(x, bounds)
+        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            alone = lstats.vector_stats(x[a:b]) if b > a else {}
+            assert set(together[k]) == set(alone), (t, k)
+            for stat, value in alone.items():
+                assert np.array_equal(together[k][stat], value), (t, k, stat)
+
+
 def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
     """``stats.vector_stats`` against lerobot 0.6.1's ``get_feature_stats`` itself (run in its venv)
     on arrays with ties, constant columns, float32 and float64: equal, quantiles included."""
@@ -120,6 +143,8 @@ def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
             x = np.round(x)
         if t % 7 == 0:
             x[:, 0] = 3.0
+        if t % 9 == 0:  # far from 0: rounding bunches the float32 histogram edges
+            x = x + np.asarray(1e6, x.dtype)
         arrays[f"a{t}"] = x
     np.savez(tmp_path / "in.npz", **arrays)
     script = (
@@ -134,3 +159,28 @@ def test_stats_equal_lerobots_own_on_random_arrays(tmp_path: Path) -> None:
     for key, x in arrays.items():
         for stat, value in lstats.vector_stats(x).items():
             assert np.array_equal(np.asarray(value, np.float64).ravel(), theirs[f"{key}/{stat}"].astype(np.float64).ravel()), (key, stat)
+
+
+DOCTOR = Path(os.environ.get("SHARDSTORE_LEROBOT_DOCTOR", ROOT / ".venv-doctor" / "bin" / "lerobot-doctor"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_finds_every_fault_lerobot_doctor_finds(clean: Path) -> None:
+    """Each seeded fault that lerobot-doctor (PyPI, in a venv of its own: ``pip install
+    lerobot-doctor``; SHARDSTORE_LEROBOT_DOCTOR names its command) reports, shardstore reports as an
+    error too: tools/bench/check.py's comparison, asserted."""
+    import argparse
+    import importlib.util
+
+    if not DOCTOR.exists():
+        pytest.skip(f"no lerobot-doctor at {DOCTOR}")
+    spec = importlib.util.spec_from_file_location("bench_check", ROOT / "tools" / "bench" / "check.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    found = bench.faults(argparse.Namespace(doctor=str(DOCTOR), clean=str(clean)))
+    assert set(found) == set(FAULTS)
+    assert any(f["lerobot_doctor_found"] for f in found.values())  # the doctor ran and saw faults
+    missed = {name: f["lerobot_doctor"] for name, f in found.items() if f["lerobot_doctor_found"] and not f["shardstore_found"]}
+    assert not missed

@@ -68,7 +68,7 @@ STEPS = [
     Step("aux", lambda p, out: ["aux.py", "--data", p.read, "--json", out], None),
     Step("scale", lambda p, out: ["scale.py", "--json", out], None),
     # the robot-learning formats: their own data, made under WORK; no summary rows (their tables are
-    # the sections "episodes", "rlds", "lerobot" and the cluster import of docs/benchmarks.md)
+    # the sections "episodes", "rlds", "lerobot", "check --deep" and the cluster import of docs/benchmarks.md)
     Step("episodes", lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--json", out],
          lambda p, out: ["episodes.py", "--data", os.path.join(p.work, "episodes"), "--episodes", "100", "--steps", "50",
                          "--repeat", "1", "--s3-items", "0", "--json", out]),
@@ -92,6 +92,10 @@ STEPS = [
                                     os.path.join(p.work, "convert"), "--json", out],
          lambda p, out: ["convert.py", "--episodes", "3", "--steps", "5", "--formats", "minari-hdf5,minari-arrow,episode-wds",
                          "--work", os.path.join(p.work, "convert"), "--json", out]),
+    Step("check", lambda p, out: ["check.py", "--episodes", "50", "--frames", "300", "--size", "96", "--repeat", "5",
+                                  "--data", os.path.join(p.work, "check"), "--json", out],
+         lambda p, out: ["check.py", "--episodes", "4", "--frames", "30", "--size", "32", "--repeat", "1",
+                         "--data", os.path.join(p.work, "check"), "--json", out]),
     Step("import-cluster", lambda p, out: ["import_cluster.py", "--episodes", "200", "--steps", "50", "--lerobot", "40",
                                            "--repeat", "2", "--work", os.path.join(p.work, "import-cluster")],
          lambda p, out: ["import_cluster.py", "--episodes", "20", "--steps", "10", "--repeat", "1",

@@ -18,6 +18,9 @@ tests/convert/lerobot_own_writer.py), each fault of tools/lerobot_faults.py is s
 and both checkers run on it: shardstore finds a fault when it reports an error; lerobot-doctor
 when a check of its report gets a WARN or FAIL message the clean dataset's report does not have.
 
+The figures are printed; ``--json PATH`` also writes them there (``make bench`` does, as the step
+``check`` of tools/bench/all.py), with the load average before and after.
+
 Example: python tools/bench/check.py --episodes 50 --frames 300 --size 96 --data /work/bench-data/check
          python tools/bench/check.py --episodes 4 --frames 30 --size 32   (a quick run)
 """
@@ -41,13 +44,16 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT))
 
 
-def _best(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
+def _best(fn: Callable[[], Any], repeat: int) -> tuple[float, float]:
+    """The best wall and the best CPU seconds (this process) of ``repeat`` runs: on a shared machine
+    the CPU figure is the steadier one."""
+    wall, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return min(wall), min(cpu)
 
 
 def make_data(path: Path, episodes: int, frames: int, size: int) -> Path:
@@ -101,13 +107,14 @@ def speed(args: argparse.Namespace) -> dict[str, Any]:
         "frames": args.episodes * args.frames,
         "size": args.size,
         "bytes": sum(p.stat().st_size for p in data.rglob("*") if p.is_file()),
-        "check_deep_s": _best(lambda: check_deep(str(data)), args.repeat),
-        "check_s": _best(lambda: check(str(data)), args.repeat),
-        "read_floor_s": _best(lambda: read_floor(data), args.repeat),
-        "decode_floor_s": _best(lambda: decode_floor(data), args.repeat),
     }
-    out["deep_vs_read_floor"] = round(out["check_deep_s"] / out["read_floor_s"], 2)
-    out["deep_vs_decode_floor"] = round(out["check_deep_s"] / out["decode_floor_s"], 2)
+    for key, fn in (("check_deep", lambda: check_deep(str(data))), ("check", lambda: check(str(data))),
+                    ("read_floor", lambda: read_floor(data)), ("decode_floor", lambda: decode_floor(data))):
+        out[f"{key}_s"], out[f"{key}_cpu_s"] = _best(fn, args.repeat)
+    for suffix in ("s", "cpu_s"):
+        kind = "" if suffix == "s" else "_cpu"
+        out[f"deep_vs_read_floor{kind}"] = round(out[f"check_deep_{suffix}"] / out[f"read_floor_{suffix}"], 2)
+        out[f"deep_vs_decode_floor{kind}"] = round(out[f"check_deep_{suffix}"] / out[f"decode_floor_{suffix}"], 2)
     return out
 
 
@@ -151,20 +158,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--doctor", default=None, help="lerobot-doctor's command, to compare findings")
     ap.add_argument("--clean", default=None, help="with --doctor: a dataset LeRobot's recorder wrote")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
     a = ap.parse_args()
+    load = [round(os.getloadavg()[0], 1)]
     result: dict[str, Any] = {"speed": speed(a)}
     if a.doctor and a.clean:
         result["faults"] = faults(a)
+    result["source"] = {"script": "tools/bench/check.py", "argv": sys.argv[1:], "load": [*load, round(os.getloadavg()[0], 1)],
+                        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if a.json:
-        print(json.dumps(result, indent=2))
-        return
+        Path(a.json).write_text(json.dumps(result, indent=2) + "\n")
     s = result["speed"]
     print(f"LeRobot v3.0, {s['episodes']} episodes x {s['frames'] // s['episodes']} frames, two {s['size']}px cameras, "
-          f"{s['bytes'] / 1e6:.1f} MB")
-    for key in ("check_deep_s", "check_s", "read_floor_s", "decode_floor_s"):
-        print(f"  {key[:-2]:<14} {s[key]:8.3f} s")
-    print(f"  check --deep / read floor: {s['deep_vs_read_floor']}x; / decode floor: {s['deep_vs_decode_floor']}x")
+          f"{s['bytes'] / 1e6:.1f} MB; load average {result['source']['load']}")
+    for key in ("check_deep", "check", "read_floor", "decode_floor"):
+        print(f"  {key:<14} {s[key + '_s']:8.3f} s wall {s[key + '_cpu_s']:8.3f} s CPU")
+    print(f"  check --deep / read floor: {s['deep_vs_read_floor']}x wall, {s['deep_vs_read_floor_cpu']}x CPU; "
+          f"/ decode floor: {s['deep_vs_decode_floor']}x wall, {s['deep_vs_decode_floor_cpu']}x CPU")
     for name, f in result.get("faults", {}).items():
         print(f"  {name:<26} shardstore {'found' if f['shardstore_found'] else 'MISSED':<7} "
               f"lerobot-doctor {'found' if f['lerobot_doctor_found'] else 'missed'}")

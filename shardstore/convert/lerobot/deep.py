@@ -174,12 +174,14 @@ def _check_data_file(
         )
         return rows
     global_start = 0 if meta.version == "v3.0" else sum(e.length for e in meta.episodes if e.index < episodes[0].index)
+    numeric = {key: lstats.segment_stats(c.values, starts) for key, c in columns.items() if c.values is not None}
     for k, e in enumerate(episodes):
         lo, hi = int(starts[k]), int(starts[k + 1])
         first_index = e.row_start if meta.version == "v3.0" else global_start + lo
         cut = {key: _Column(c.values[lo:hi] if c.values is not None else None, c.images[lo:hi] if c.images else None) for key, c in columns.items()}
         broken = _check_rows(meta, report, url, e, cut, first_index or 0)
-        computed[e.index] = _check_episode_stats(meta, report, url, e, cut, broken)
+        mine = {key: s[k] for key, s in numeric.items() if s[k]}
+        computed[e.index] = _check_episode_stats(meta, report, url, e, cut, broken, mine)
     return rows
 
 
@@ -285,16 +287,18 @@ def _check_rows(
 
 
 def _check_episode_stats(
-    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column], broken: set[str]
+    meta: LeRobotMeta, report: CheckReport, url: str, e: EpisodeEntry, cols: dict[str, _Column], broken: set[str],
+    numeric: dict[str, dict[str, np.ndarray]],
 ) -> dict[str, dict[str, np.ndarray]]:
-    """The episode's stats recomputed from its rows (those that broke no row rule), compared with
-    what the dataset says: one problem per feature, naming every statistic that differs."""
+    """The episode's stats recomputed from its rows (``numeric``: its numeric features', computed
+    for the whole file at once; the images' here), those that broke no row rule compared with what
+    the dataset says: one problem per feature, naming every statistic that differs."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, col in cols.items():
         if key in broken:
             continue
-        if col.values is not None and col.values.dtype.kind in "biuf":
-            out[key] = lstats.vector_stats(col.values)
+        if key in numeric:
+            out[key] = numeric[key]
         elif col.images:
             frames = _sampled_images(col.images, report, url, e.index, key)
             if frames:

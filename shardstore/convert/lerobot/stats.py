@@ -69,17 +69,25 @@ TOLERANCE = {"min": (1e-5, 0), "max": (1e-5, 0), "mean": (1e-5, 0), "std": (1e-3
 def vector_stats(values: np.ndarray) -> Stats:
     """One episode's stats of a numeric feature (``values``: steps first), shaped as LeRobot's:
     ``(1,)`` for a scalar column, the feature's trailing shape flattened otherwise."""
-    n = len(values)
-    x = values.reshape(n, -1)
+    return segment_stats(values, np.array([0, len(values)]))[0]
+
+
+def segment_stats(values: np.ndarray, bounds: np.ndarray) -> list[Stats]:
+    """``vector_stats`` of each run ``values[bounds[i]:bounds[i + 1]]`` (a data file's episodes), the
+    quantiles' histograms of all runs binned and sorted at once (a check reads whole files: one
+    pass over a column, not one per episode). An empty run has no stats (``{}``); a run with NaN or
+    Inf gets NaN or Inf stats, silently (the check reports the values themselves)."""
+    x = values.reshape(len(values), -1)
     x = x.astype(np.result_type(x.dtype, np.float32), copy=False)
-    return _stats(x, n)
+    with np.errstate(all="ignore"):
+        return _stats(x, np.asarray(bounds, np.int64))
 
 
 def image_stats(frames: Sequence[np.ndarray]) -> Stats:
     """Per-channel stats of sampled ``frames`` (each HWC uint8, already sampled), in [0, 1]."""
     chw = [_downsample(np.moveaxis(f.reshape(f.shape[0], f.shape[1], -1), -1, 0)) for f in frames]
     x = np.stack(chw).transpose(0, 2, 3, 1).reshape(-1, chw[0].shape[0])
-    out = _stats(x.astype(np.float32), len(chw))
+    out = _stats(x.astype(np.float32), np.array([0, len(x)]))[0] | {"count": np.array([len(chw)])}
     return {k: v if k == "count" else (v / 255.0).reshape(-1, 1, 1) for k, v in out.items()}
 
 
@@ -128,47 +136,83 @@ def _downsample(chw: np.ndarray) -> np.ndarray:
     return chw[:, ::step, ::step]
 
 
-def _stats(x: np.ndarray, count: int) -> Stats:
-    """min, max, mean, std and the histogram quantiles of each column of ``x``."""
-    if len(x) < 2:
-        mean = x.mean(0)
-        return {"min": x.min(0), "max": x.max(0), "mean": mean, "std": x.std(0), "count": np.array([count])} | {
-            q: mean.copy() for q in QUANTILES
-        }
-    mean = x.mean(0)
-    variance = (x**2).mean(0) - mean**2
-    out: Stats = {
-        "min": x.min(0),
-        "max": x.max(0),
-        "mean": mean,
-        "std": np.sqrt(np.maximum(0, variance)),
-        "count": np.array([count]),
-    }
-    return out | _quantiles(x, out["min"], out["max"])
+def _stats(x: np.ndarray, bounds: np.ndarray) -> list[Stats]:
+    """min, max, mean, std and the histogram quantiles of each column of each run of ``x``
+    (``bounds``: from 0 to ``len(x)``)."""
+    lengths = np.diff(bounds)
+    out: list[Stats] = [{} for _ in lengths]
+    for n in np.unique(lengths[lengths > 0]).tolist():  # the runs of one length as one (runs, n, columns) block:
+        runs = np.flatnonzero(lengths == n)  # its reductions over axis 1 are each run's own, bit for bit
+        block = x[bounds[runs[0]]:bounds[runs[0]] + n][None] if len(runs) == 1 else x[bounds[runs][:, None] + np.arange(n)]
+        mean = block.mean(1)
+        std = block.std(1) if n < 2 else np.sqrt(np.maximum(0, (block**2).mean(1) - mean**2))
+        lo, hi = block.min(1), block.max(1)
+        for j, r in enumerate(runs.tolist()):
+            out[r] = {"min": lo[j], "max": hi[j], "mean": mean[j], "std": std[j], "count": np.array([n])}
+    full = [s for s in out if s]
+    if full:  # empty runs have no rows: without their repeated bounds the runs still cover x
+        quantiles = _quantiles(x, np.unique(bounds), *(np.stack([s[k] for s in full]) for k in ("min", "max")))
+        for row, s in enumerate(full):  # LeRobot: one frame has its mean as every quantile (and np.std as std)
+            s |= {q: s["mean"].copy() if s["count"][0] == 1 else v[row] for q, v in quantiles.items()}
+    return out
 
 
-def _quantiles(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
-    """The histogram quantiles of every column of ``x`` (the bins and interpolation of the module
-    docstring): the bin of each value as ``np.histogram`` puts it, then per quantile, from the
-    sorted bins, the bin where the cumulative count reaches ``q * n`` and the counts before and in it."""
+def _edges(start: np.ndarray, stop: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Edge ``i`` of ``np.linspace(start, stop, BINS + 1)`` for each element, with linspace's own
+    arithmetic (in the edges' dtype; ``i / BINS * delta`` where the step is zero, the last edge
+    ``stop``): the edges LeRobot bins with, without building them."""
+    delta = stop - start
+    step = delta / BINS
+    y = i.astype(start.dtype)
+    edge = np.where(step == 0, y / BINS * delta, y * step) + start
+    return np.where(i == BINS, stop, edge)
+
+
+def _edges_below(start: np.ndarray, stop: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """How many of the ``BINS + 1`` edges from ``start`` to ``stop`` are ``<= x``, per element
+    (``np.searchsorted(edges, x, side="right")``): guessed from the step, the guess checked against
+    the two edges around it, a binary search where it misses (edges that rounding bunched)."""
+    guess = np.floor((x - start.astype(np.float64)) / (stop.astype(np.float64) - start) * BINS)
+    count = np.clip(np.nan_to_num(guess, nan=0.0, posinf=BINS, neginf=-1), -1, BINS).astype(np.int64) + 1
+    miss = ~((_edges(start, stop, np.maximum(count - 1, 0)) <= x) | (count == 0))
+    miss |= (count <= BINS) & ~(x < _edges(start, stop, np.minimum(count, BINS)))
+    if miss.any():
+        s, t, v = start[miss], stop[miss], x[miss]
+        below, above = np.zeros(len(v), np.int64), np.full(len(v), BINS + 1, np.int64)
+        while (active := below < above).any():
+            mid = (below + above) // 2
+            le = active & (_edges(s, t, np.minimum(mid, BINS)) <= v)
+            below, above = np.where(le, mid + 1, below), np.where(active & ~le, mid, above)
+        count[miss] = below
+    return count
+
+
+def _quantiles(x: np.ndarray, bounds: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Stats:
+    """The histogram quantiles of every column of each run ``x[bounds[r]:bounds[r + 1]]`` (min ``lo[r]``,
+    max ``hi[r]``), by the bins and interpolation of the module docstring, as rows of (runs, columns):
+    each value's bin as ``np.histogram`` puts it (a binary search over the computed edges), the keys
+    (run, bin) of each column sorted once, then per quantile the bin where a run's cumulative count
+    reaches ``q * n`` and the counts before and in it."""
     n, d = x.shape
-    # one linspace per column: numpy's linspace over arrays takes another arithmetic path when one
-    # column is constant, and LeRobot builds each column's edges from its own scalars
-    edges = np.stack([np.linspace(lo[j] - 1e-10, hi[j] + 1e-10, BINS + 1) for j in range(d)], axis=1)
-    cols = np.arange(d)
-    b = np.stack([np.searchsorted(edges[:, j], x[:, j], side="right") - 1 for j in range(d)], axis=1)
-    b = np.clip(b, 0, BINS - 1)  # np.histogram: [e_i, e_i+1), the last bin closed
-    ordered = np.sort(b, axis=0)
+    lengths = np.diff(bounds)
+    run = np.repeat(np.arange(len(lengths)), lengths)
+    start, stop = lo - 1e-10, hi + 1e-10  # in the data's dtype, as LeRobot's scalars are
+    below = _edges_below(start[run], stop[run], x)
+    keys = run[:, None] * BINS + np.clip(below - 1, 0, BINS - 1)  # np.histogram: the last bin closed
+    span = len(lengths) * BINS  # each column's keys shifted past the previous column's: one sorted array
+    ordered = (np.sort(keys, axis=0) + np.arange(d) * span).T.ravel()
+    first = bounds[:-1, None] + np.arange(d) * n
     out: Stats = {}
     for name, q in QUANTILES.items():
-        target = q * n
-        k = min(max(int(np.ceil(target)) - 1, 0), n - 1)
-        at = ordered[k]  # per column: the first bin whose cumulative count reaches the target
-        before = (ordered < at).sum(0)
-        inside = (ordered == at).sum(0)
-        left, right = edges[at, cols], edges[np.minimum(at + 1, BINS), cols]
+        target = (q * lengths)[:, None]
+        k = np.clip(np.ceil(target).astype(np.int64) - 1, 0, lengths[:, None] - 1)
+        at = ordered[first + k]  # per run and column: the first bin whose cumulative count reaches the target
+        left_end = np.searchsorted(ordered, at, "left")
+        before, inside = left_end - first, np.searchsorted(ordered, at, "right") - left_end
+        b = at - np.arange(d) * span - np.arange(len(lengths))[:, None] * BINS
+        left, right = _edges(start, stop, b), _edges(start, stop, np.minimum(b + 1, BINS))
         value = left + (target - before) / inside * (right - left)
-        out[name] = np.where(at == 0, edges[0], value).astype(np.float64)
+        out[name] = np.where(b == 0, start, value).astype(np.float64)
     return out
 
 
@@ -208,9 +252,11 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> li
     """``(stat, found, expected)`` for each statistic of ``got`` (what the dataset says) that is not
     ``want`` (recomputed) within ``TOLERANCE``; statistics ``got`` lacks are not compared (v2.1
     datasets have no quantiles), a shape or count that differs is always reported."""
-    bad = []
     scale = np.maximum(np.abs(np.asarray(want["min"], np.float64)), np.abs(np.asarray(want["max"], np.float64)))
     width = (np.asarray(want["max"], np.float64) - np.asarray(want["min"], np.float64)) / BINS
+    if _all_within(got, want, scale.ravel(), width.ravel()):
+        return []
+    bad = []
     for stat, value in got.items():
         if stat not in want:
             continue
@@ -234,6 +280,26 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> li
             i = int(np.flatnonzero(off)[0])
             bad.append((stat, f"{_fmt(g)} (element {i}: {g.ravel()[i]:.7g})", f"{w.ravel()[i]:.7g} within {tol[i]:.2g}"))
     return bad
+
+
+def _all_within(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray], scale: np.ndarray,
+                width: np.ndarray) -> bool:
+    """Whether every statistic ``compare`` would compare is within ``TOLERANCE``, in one array
+    operation (a check compares thousands of episodes' stats; ``compare`` words what differs)."""
+    common = [s for s in got if s in want and s != "count"]
+    try:
+        if "count" in got and "count" in want and not np.array_equal(
+            np.asarray(got["count"], np.float64).ravel(), np.asarray(want["count"], np.float64).ravel()
+        ):
+            return False
+        g = np.array([np.asarray(got[s], np.float64).ravel() for s in common])
+        w = np.array([np.asarray(want[s], np.float64).ravel() for s in common])
+        if g.shape != w.shape or g.shape[1:] != scale.shape:
+            return False
+        rel, bins = np.array([TOLERANCE.get(s, (1e-5, 0)) for s in common], np.float64).reshape(-1, 2, 1).transpose(1, 0, 2)
+        return bool((np.abs(g - w) <= rel * scale + bins * width + 1e-8).all())
+    except (ValueError, TypeError):
+        return False
 
 
 def ordered(stats: Mapping[str, np.ndarray]) -> str | None:

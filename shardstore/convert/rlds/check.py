@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ...episodes.problems import progress as progress_bar
 from ...errors import EpisodeFormatError, ShardstoreError, TFRecordFormatError
 from ...storage import open_storage
 from .api import DATASET_INFO_JSON, FEATURES_JSON, decode_example, read_rlds_info
@@ -111,11 +112,11 @@ def report_path(folder: str, suffix: str = "json") -> str:
 
 
 def check_rlds(
-    folder: str, *, decode_images: bool = True, storage_options: dict[str, Any] | None = None
+    folder: str, *, decode_images: bool = True, storage_options: dict[str, Any] | None = None, progress: bool = False
 ) -> RldsCheckReport:
     """Run the spec's rules on the RLDS folder ``folder`` (a TFDS version folder, local or any fsspec
     URL) and return the report. Raises only when the folder has no readable ``dataset_info.json``
-    or ``features.json`` (nothing to check against)."""
+    or ``features.json`` (nothing to check against). ``progress``: a bar of shards on stderr."""
     storage = open_storage(folder, storage_options)
     info = read_rlds_info(storage.read(DATASET_INFO_JSON), storage.read(FEATURES_JSON), folder)
     report = RldsCheckReport(folder)
@@ -125,20 +126,20 @@ def check_rlds(
             report.add("schema.required_keys", "RLDS flag not declared", FEATURES_JSON, None, flag)
     steps_seen: list[int] = []
     for split in info.splits:
-        counts = report.splits.setdefault(
-            split.name, {"episodes": 0, "steps": 0, "shards": len(split.shard_lengths)}
-        )
-        for i, length in enumerate(split.shard_lengths):
-            name = split.shard_name(info.name, i)
-            got = 0
-            for n in _check_shard(storage, name, info.leaves, report, decode_images):
-                got += 1
-                if n is not None:
-                    counts["steps"] += n
-                    steps_seen.append(n)
-            counts["episodes"] += got
-            if got != length:
-                report.add("cross.episode_count", f"{got} records where shardLengths says {length}", name)
+        report.splits.setdefault(split.name, {"episodes": 0, "steps": 0, "shards": len(split.shard_lengths)})
+    shards = [(split, i, length) for split in info.splits for i, length in enumerate(split.shard_lengths)]
+    for split, i, length in progress_bar(shards, len(shards), "shard", "Checking RLDS", progress):
+        counts = report.splits[split.name]
+        name = split.shard_name(info.name, i)
+        got = 0
+        for n in _check_shard(storage, name, info.leaves, report, decode_images):
+            got += 1
+            if n is not None:
+                counts["steps"] += n
+                steps_seen.append(n)
+        counts["episodes"] += got
+        if got != length:
+            report.add("cross.episode_count", f"{got} records where shardLengths says {length}", name)
     _cross_with_report(folder, steps_seen, report)
     for rule in RULES:
         report.rules.setdefault(rule, "fail" if report.problem_counts.get(rule) else "pass")

@@ -17,8 +17,8 @@ def check_deep(
     src: str, *, storage_options: dict[str, Any] | None = None, progress: bool = False
 ) -> FormatReport:
     """Every rule of ``check_rlds`` on the RLDS folder ``src`` (local or fsspec URL), images
-    decoded; ``progress`` is accepted for the CLI (the walk has no bar yet)."""
-    found = check_rlds(src, decode_images=True, storage_options=storage_options)
+    decoded; ``progress``: a bar of shards on stderr."""
+    found = check_rlds(src, decode_images=True, storage_options=storage_options, progress=progress)
     report = FormatReport(src, "RLDS", version=src.rstrip("/").rsplit("/", 1)[-1], deep=True, unit="steps")
     report.ran(*found.rules)
     for name, split in found.splits.items():
