@@ -19,16 +19,17 @@ checked by counting its frames.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import IO, Any
 
 import numpy as np
 
 from ..errors import DecodeError
+from .packets import PacketIndex, PacketSource
 from .video import import_av, scheduling_kept
 
-__all__ = ["Clip", "Placed", "VideoInfo", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
+__all__ = ["Clip", "Placed", "VideoInfo", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
 
 #: Decoder name -> the encoder that writes the same codec.
 ENCODERS = {
@@ -75,12 +76,15 @@ class VideoInfo:
 
 @dataclass(frozen=True, slots=True)
 class Clip:
-    """Frames ``start`` to ``start + count`` of the video ``open()`` gives."""
+    """Frames ``start`` to ``start + count`` of the video ``open()`` gives; ``packets``, when the
+    file has a packet index (a store's ``packets.npz``), its index and a reader of its bytes: the
+    cut reads only the packets it keeps, without demuxing the file."""
 
     open: Opener
     name: str
     start: int
     count: int
+    packets: PacketSource | None = None
 
 
 def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
@@ -127,6 +131,25 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
             )
     except (av.error.FFmpegError, IndexError) as e:
         raise DecodeError(f"cannot read the video: {e}", path=name) from e
+
+
+def indexed_info(index: PacketIndex) -> VideoInfo:
+    """What ``probe`` finds, from a packet index, nothing read: the index holds plain files only
+    (closed GOPs, so no leading frames) and their video stream (``has_audio`` False: an export
+    writes video streams alone)."""
+    keyframes = np.searchsorted(index.shown, index.pts[index.key])
+    return VideoInfo(
+        codec=_codec_name(index.codec),
+        width=index.width,
+        height=index.height,
+        pix_fmt=index.pix_fmt,
+        fps=float(1 / (index.step * index.time_base)),
+        frames=index.frames,
+        keyframes=tuple(sorted(keyframes.tolist())),
+        extradata=index.extradata,
+        has_audio=False,
+        leading=False,
+    )
 
 
 def _file_size(fileobj: IO[bytes]) -> int:
@@ -189,7 +212,7 @@ def whole_gop_runs(
     for clip, info in clips:
         if runs and runs[-1][0].name == clip.name and runs[-1][0].start + runs[-1][0].count == clip.start:
             last = runs[-1][0]
-            runs[-1] = (Clip(last.open, last.name, last.start, last.count + clip.count), info)
+            runs[-1] = (replace(last, count=last.count + clip.count), info)
             placed.append(Placed(len(runs) - 1, clip.start - last.start))
         else:
             runs.append((clip, info))
@@ -197,7 +220,7 @@ def whole_gop_runs(
     widened = []
     for r, (run, info) in enumerate(runs):
         lo, hi = _widened(run, info)
-        widened.append((Clip(run.open, run.name, lo, hi - lo), info))
+        widened.append((replace(run, start=lo, count=hi - lo), info))
         shift = run.start - lo
         placed = [Placed(p.run, p.lead + shift) if p.run == r else p for p in placed]
     return widened, placed
@@ -221,61 +244,123 @@ def whole_gops(clip: Clip, info: VideoInfo) -> bool:
     return clip.start in info.keyframes and (end == info.frames or end in info.keyframes)
 
 
-_Demuxed = tuple[str, list[tuple[bytes, int, "int | None", bool, "int | None"]], list[int], Any, int, np.ndarray]
+@dataclass(frozen=True, slots=True)
+class _Packets:
+    """One source file's packets in decode order, and ``read(chosen)``: the bytes of some of them."""
+
+    name: str
+    pts: np.ndarray  # int64
+    dts: np.ndarray  # int64; -1 << 62 where the packet has none
+    key: np.ndarray  # bool
+    duration: np.ndarray  # int64, 0 where unknown
+    time_base: Any
+    read: Callable[[list[int]], list[bytes]]
+    shown: list[int] = field(init=False)  # the pts sorted (presentation order)
+    step: int = field(init=False)  # one frame's duration
+
+    def __post_init__(self) -> None:
+        shown = sorted(self.pts.tolist())
+        object.__setattr__(self, "shown", shown)
+        object.__setattr__(self, "step", _frame_step(shown))
+
+
+_NO_DTS = -(1 << 62)
 
 
 def _remux(clips: Sequence[Clip], out: str) -> None:
-    """Copy the clips' packets into one file, shifting each clip's times to follow the last. Each
-    source file is demuxed once for a run of clips from it (not once per clip: a v3.0 export
-    takes many episodes' clips from one file)."""
+    """Copy the clips' packets into one file, shifting each clip's times to follow the last. A
+    file with a packet index is not demuxed: its kept packets are one range read; another is
+    demuxed once for a run of clips from it (not once per clip: a v3.0 export takes many
+    episodes' clips from one file)."""
     av = import_av()
     with av.open(out, "w", format="mp4") as dst:
         ostream = None
         offset = 0  # in the output's time base (set from the first input; all inputs share it)
-        demuxed: _Demuxed | None = None
+        source: _Packets | None = None
+        # one reorder delay for every indexed file: decode times must rise across the joins too
+        delay = max((_reorder_delay(c.packets.index) for c in clips if c.packets is not None), default=0)
         for clip in clips:
-            if demuxed is None or demuxed[0] != clip.name:
-                demuxed = _demux(av, clip)
-            _, packets, pts_sorted, time_base, step, _ = demuxed
-            if ostream is None:
+            if source is None or source.name != clip.name:
                 with clip.open() as f, av.open(f, "r") as src:
-                    ostream = dst.add_stream_from_template(src.streams.video[0], opaque=True)
-            if clip.start + clip.count > len(pts_sorted):
+                    template = src.streams.video[0]
+                    if ostream is None:
+                        ostream = dst.add_stream_from_template(template, opaque=True)
+                    source = _indexed(clip, template, delay) if clip.packets is not None else _demuxed(src, clip)
+            shown = source.shown
+            if clip.start + clip.count > len(shown):
                 raise DecodeError(
-                    f"frames {clip.start}..{clip.start + clip.count} asked of a video of {len(pts_sorted)}",
+                    f"frames {clip.start}..{clip.start + clip.count} asked of a video of {len(shown)}",
                     path=clip.name,
                 )
-            lo = pts_sorted[clip.start]
+            lo = shown[clip.start]
             end = clip.start + clip.count
-            hi = pts_sorted[end] if end < len(pts_sorted) else None
+            hi = shown[end] if end < len(shown) else None
             shift = offset - lo
-            all_pts = demuxed[5]
-            chosen = np.flatnonzero((all_pts >= lo) & (all_pts < hi if hi is not None else True))
-            for j in chosen.tolist():
-                data, pts, dts, key, duration = packets[j]
+            chosen = np.flatnonzero((source.pts >= lo) & (source.pts < hi if hi is not None else True)).tolist()
+            for j, data in zip(chosen, source.read(chosen), strict=True):
                 p = av.Packet(data)
-                p.pts = pts + shift
-                p.dts = None if dts is None else dts + shift
-                p.is_keyframe = key
-                if duration:
-                    p.duration = duration
-                p.time_base = time_base
+                p.pts = int(source.pts[j]) + shift
+                dts = int(source.dts[j])
+                p.dts = None if dts == _NO_DTS else dts + shift
+                p.is_keyframe = bool(source.key[j])
+                if source.duration[j]:
+                    p.duration = int(source.duration[j])
+                p.time_base = source.time_base
                 p.stream = ostream
                 dst.mux(p)
-            offset += _span(pts_sorted, clip.start, end, step)
+            offset += _span(shown, clip.start, end, source.step)
 
 
-def _demux(av: Any, clip: Clip) -> _Demuxed:
-    """(name, packets as (bytes, pts, dts, keyframe, duration), the sorted pts, the time base, one
-    frame's duration, the packets' pts as an array) of a clip's file."""
-    with clip.open() as f, av.open(f, "r") as src:
-        s = src.streams.video[0]
-        packets = [
-            (bytes(p), p.pts, p.dts, p.is_keyframe, p.duration) for p in src.demux(s) if p.size and p.pts is not None
-        ]
-        pts_sorted = sorted(p[1] for p in packets)
-        pts = np.array([p[1] for p in packets], np.int64)
-        return clip.name, packets, pts_sorted, s.time_base, _frame_step(pts_sorted), pts
+def _demuxed(src: Any, clip: Clip) -> _Packets:
+    """Every packet of the open container ``src`` (the clip's file), bytes and all."""
+    s = src.streams.video[0]
+    packets = [(bytes(p), p.pts, p.dts, p.is_keyframe, p.duration) for p in src.demux(s) if p.size and p.pts is not None]
+    data = [p[0] for p in packets]
+    return _Packets(
+        name=clip.name,
+        pts=np.array([p[1] for p in packets], np.int64),
+        dts=np.array([_NO_DTS if p[2] is None else p[2] for p in packets], np.int64),
+        key=np.array([p[3] for p in packets], bool),
+        duration=np.array([p[4] or 0 for p in packets], np.int64),
+        time_base=s.time_base,
+        read=lambda chosen: [data[j] for j in chosen],
+    )
+
+
+def _reorder_delay(index: PacketIndex) -> int:
+    """How far (in pts) a frame is decoded before it is shown, at most: presentation times in order
+    minus the packets' own, at their deepest."""
+    return int(np.max(index.shown - index.pts)) if index.frames else 0
+
+
+def _indexed(clip: Clip, template: Any, delay: int) -> _Packets:
+    """The packets of the clip's file from its packet index, their bytes read when chosen (one
+    range read over them: the index keeps plain files, packets in file order). The index keeps no
+    decode times: they are the presentation times in order, shifted back by ``delay`` (the
+    deepest reordering of the files joined, at least a frame where the stream says it reorders),
+    as an encoder sets them."""
+    assert clip.packets is not None
+    index, read = clip.packets.index, clip.packets.read
+    if template.codec_context.has_b_frames:
+        delay = max(delay, index.step)
+
+    def chosen_bytes(chosen: list[int]) -> list[bytes]:
+        if not chosen:
+            return []
+        first, last = chosen[0], chosen[-1]
+        base = int(index.pos[first])
+        span = memoryview(read(base, int(index.pos[last] + index.size[last]) - base))
+        return [bytes(span[int(index.pos[j]) - base : int(index.pos[j] + index.size[j]) - base]) for j in chosen]
+
+    return _Packets(
+        name=clip.name,
+        pts=index.pts,
+        dts=index.shown - delay,
+        key=index.key,
+        duration=np.full(index.frames, index.step, np.int64),
+        time_base=index.time_base,
+        read=chosen_bytes,
+    )
 
 
 def _frame_step(pts_sorted: Sequence[int]) -> int:
