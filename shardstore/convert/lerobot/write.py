@@ -402,7 +402,7 @@ class _Writer:
         if name not in self.packets:
             store = self.stream.video_files
             indexed = isinstance(store, VideoStore) and store.packets is not None
-            self.packets[name] = store.source(name) if indexed else None
+            self.packets[name] = store.source(name) if indexed else None  # type: ignore[attr-defined]
         return self.packets[name]
 
     def _runs(
