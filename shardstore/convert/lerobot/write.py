@@ -174,20 +174,23 @@ class _Writer:
         tasks = self._tasks(episode, n)
         table = self._table(episode, n, tasks)
         self._learn_shapes(episode)
+        # the value fields' columns as arrays once: for the episode's stats and the dataset's
+        kept = {name: column_numpy(table.column(name), n) for name in self.values if name in table.column_names}
         values: dict[str, Callable[[], np.ndarray]] = {}
         for name, feat in self.features.items():
             if feat.get("dtype") in ("video", "image") and name in episode.steps:
                 sampled = [episode.steps[name][i] for i in sample_indices(n)]
                 values[name] = functools.partial(self._frames, sampled)
+            elif name in kept:
+                values[name] = functools.partial(kept.__getitem__, name)
             elif name in table.column_names:
                 values[name] = functools.partial(column_numpy, table.column(name), n)
         pictures = [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
         stats = episode_stats(
             episode.metadata.get("stats") or {}, values, pictures, n, quantiles=self.version != "v2.1"
         )
-        for name, kept in self.values.items():
-            if name in table.column_names:
-                kept.append(column_numpy(table.column(name), n))
+        for name, array in kept.items():
+            self.values[name].append(array)
         meta = episode.metadata
         listed = episode_tasks(self.schema, episode)  # the source's order where it has one
         row = {"episode_index": episode.index, "tasks": list(dict.fromkeys(listed + tasks)), "length": n}
