@@ -34,6 +34,7 @@ class FrameTimes:
     fps: float  # the stream's average rate
     time_base: Fraction
     times: np.ndarray  # float64 seconds, sorted
+    keys: np.ndarray  # bool per frame of ``times``: a keyframe
     broken: int  # packets past the file's end or flagged corrupt
     first_broken: float | None  # the time of the first of them
     has_audio: bool
@@ -53,13 +54,17 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 raise DecodeError("no video stream", path=name)
             s = c.streams.video[0]
             cc = s.codec_context
-            rows = [(p.pts, p.pos, p.size, p.is_corrupt) for p in c.demux(s) if p.size and p.pts is not None]
+            rows = [
+                (p.pts, p.pos, p.size, p.is_corrupt, p.is_keyframe) for p in c.demux(s) if p.size and p.pts is not None
+            ]
             pts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
             end = np.fromiter((r[1] + r[2] if r[1] is not None and r[1] >= 0 else 0 for r in rows), np.int64, len(rows))
             bad = (end > size) | np.fromiter((r[3] for r in rows), np.bool_, len(rows))
             broken = pts[bad]
             tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
-            times = np.sort(pts).astype(np.float64) * float(tb)
+            order = np.argsort(pts, kind="stable")
+            times = pts[order].astype(np.float64) * float(tb)
+            keys = np.fromiter((r[4] for r in rows), np.bool_, len(rows))[order]
             return FrameTimes(
                 codec={"libdav1d": "av1", "libaom-av1": "av1"}.get(cc.name, cc.name),
                 width=cc.width,
@@ -68,6 +73,7 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 fps=float(s.average_rate or s.guessed_rate or 0),
                 time_base=tb,
                 times=times,
+                keys=keys,
                 broken=len(broken),
                 first_broken=float(broken.min()) * float(tb) if len(broken) else None,
                 has_audio=bool(c.streams.audio),

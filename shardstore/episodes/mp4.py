@@ -29,7 +29,7 @@ from ..errors import DecodeError
 from .packets import PacketIndex, PacketSource
 from .video import import_av, scheduling_kept
 
-__all__ = ["Clip", "Placed", "VideoInfo", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
+__all__ = ["Clip", "Placed", "VideoInfo", "gop_padding", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
 
 #: Decoder name -> the encoder that writes the same codec.
 ENCODERS = {
@@ -224,6 +224,28 @@ def whole_gop_runs(
         shift = run.start - lo
         placed = [Placed(p.run, p.lead + shift) if p.run == r else p for p in placed]
     return widened, placed
+
+
+def gop_padding(covered: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """Per frame (presentation order), whether it is padding that ``whole_gop_runs`` adds around
+    the ``covered`` frames (those some episode's time range holds; ``keys``: the keyframes): a
+    run of uncovered frames that ends a GOP after covered frames (up to the next keyframe or the
+    file's end), then at most the start of one GOP up to covered frames (from a keyframe). Any
+    other uncovered frame (a whole GOP, a take appended without a keyframe) is not."""
+    out = np.zeros(len(covered), np.bool_)
+    loose = np.flatnonzero(~covered)
+    if not len(loose):
+        return out
+    breaks = np.flatnonzero(np.diff(loose) > 1)
+    for a, last in zip(loose[np.r_[0, breaks + 1]], loose[np.r_[breaks, len(loose) - 1]], strict=True):
+        b = int(last) + 1  # the uncovered run [a, b)
+        inner = np.flatnonzero(keys[a:b]) + a
+        if len(inner) == 0:
+            ok = a > 0 and (b == len(covered) or bool(keys[b]))
+        else:
+            ok = len(inner) == 1 and (inner[0] == a or a > 0) and b < len(covered)
+        out[a:b] = ok
+    return out
 
 
 def _widened(clip: Clip, info: VideoInfo) -> tuple[int, int]:
