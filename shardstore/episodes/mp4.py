@@ -318,16 +318,24 @@ def _remux(clips: Sequence[Clip], out: str) -> None:
             end = clip.start + clip.count
             hi = shown[end] if end < len(shown) else None
             shift = offset - lo
-            chosen = np.flatnonzero((source.pts >= lo) & (source.pts < hi if hi is not None else True)).tolist()
-            for j, data in zip(chosen, source.read(chosen), strict=True):
+            time_base = source.time_base
+            chosen = np.flatnonzero((source.pts >= lo) & (source.pts < hi if hi is not None else True))
+            fields = zip(
+                source.read(chosen.tolist()),
+                (source.pts[chosen] + shift).tolist(),
+                np.where(source.dts[chosen] == _NO_DTS, _NO_DTS, source.dts[chosen] + shift).tolist(),
+                source.key[chosen].tolist(),
+                source.duration[chosen].tolist(),
+                strict=True,
+            )
+            for data, pts, dts, key, duration in fields:  # the hot loop: plain Python values only
                 p = av.Packet(data)
-                p.pts = int(source.pts[j]) + shift
-                dts = int(source.dts[j])
-                p.dts = None if dts == _NO_DTS else dts + shift
-                p.is_keyframe = bool(source.key[j])
-                if source.duration[j]:
-                    p.duration = int(source.duration[j])
-                p.time_base = source.time_base
+                p.pts = pts
+                p.dts = None if dts == _NO_DTS else dts
+                p.is_keyframe = key
+                if duration:
+                    p.duration = duration
+                p.time_base = time_base
                 p.stream = ostream
                 dst.mux(p)
             offset += _span(shown, clip.start, end, source.step)

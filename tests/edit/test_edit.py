@@ -261,3 +261,23 @@ def test_deep_check_still_catches_stats_json_quantiles_off_the_data(store: Path,
     path.write_text(json.dumps(stats))
     bad = [p for p in check_deep(str(tmp_path / "lr")).problems if p.severity == "error"]
     assert [(p.check, p.field) for p in bad] == [("stats", "action")] and "q50" in bad[0].message
+
+
+@pytest.mark.slow
+def test_rlds_export_of_an_edit_loads_in_tfds(store: Path, tmp_path: Path) -> None:
+    """The last format: an edit exported to RLDS reads in the real tensorflow_datasets, the kept
+    episodes' values those of the source, in order."""
+    from shardstore.convert.rlds import export_rlds
+
+    sys.path.insert(0, str(ROOT / "tests/convert"))
+    from test_rlds_tfds import tfds_load
+
+    shardstore.edit.delete_episodes(str(store), str(tmp_path / "d"), episodes="1,4")
+    out = tmp_path / "rlds/robo/1.0.0"
+    export_rlds(str(tmp_path / "d"), str(out))
+    got = tfds_load(out, tmp_path)
+    src = shardstore.episodes(str(store))
+    for new, old in enumerate([0, 2, 3, 5]):
+        assert int(got[f"train/{new}/__len__"]) == LENGTH
+        np.testing.assert_array_equal(got[f"train/{new}/steps/action"], src[src.position(old)].steps["action"])
+    assert "train/4/__len__" not in got
