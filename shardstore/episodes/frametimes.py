@@ -35,6 +35,7 @@ class FrameTimes:
     time_base: Fraction
     times: np.ndarray  # float64 seconds, sorted
     keys: np.ndarray  # bool per frame of ``times``: a keyframe
+    decoded: np.ndarray  # int per frame of ``times``: its place in decode order
     broken: int  # packets past the file's end or flagged corrupt
     first_broken: float | None  # the time of the first of them
     has_audio: bool
@@ -74,6 +75,7 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 time_base=tb,
                 times=times,
                 keys=keys,
+                decoded=order,
                 broken=len(broken),
                 first_broken=float(broken.min()) * float(tb) if len(broken) else None,
                 has_audio=bool(c.streams.audio),

@@ -29,7 +29,7 @@ from ..errors import DecodeError
 from .packets import PacketIndex, PacketSource
 from .video import import_av, scheduling_kept
 
-__all__ = ["Clip", "Placed", "VideoInfo", "gop_padding", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
+__all__ = ["Clip", "Placed", "VideoInfo", "gop_padding", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS", "cut_ends"]
 
 #: Decoder name -> the encoder that writes the same codec.
 ENCODERS = {
@@ -56,6 +56,7 @@ class VideoInfo:
     fps: float
     frames: int
     keyframes: tuple[int, ...]  # frame numbers (presentation order) of the keyframes
+    ends: tuple[int, ...]  # where a cut may end (``cut_ends``)
     extradata: bytes
     has_audio: bool
     leading: bool  # frames shown before a keyframe but decoded after it (open GOPs: HEVC's CRA)
@@ -116,6 +117,7 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
                     elif keys and p.pts < keys[-1]:
                         leading = True
             order = {v: i for i, v in enumerate(sorted(pts))}
+            decoded = np.argsort(np.asarray(pts, np.int64), kind="stable")
             cc = s.codec_context
             return VideoInfo(
                 codec=_codec_name(cc.name),
@@ -125,6 +127,7 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
                 fps=float(s.average_rate or s.guessed_rate or 0),
                 frames=counted or len(pts),
                 keyframes=tuple(sorted(order[k] for k in keys)),
+                ends=tuple(np.flatnonzero(cut_ends(decoded)).tolist()),
                 extradata=bytes(cc.extradata or b""),
                 has_audio=bool(c.streams.audio),
                 leading=leading,
@@ -146,10 +149,22 @@ def indexed_info(index: PacketIndex) -> VideoInfo:
         fps=float(1 / (index.step * index.time_base)),
         frames=index.frames,
         keyframes=tuple(sorted(keyframes.tolist())),
+        ends=tuple(np.flatnonzero(cut_ends(index.packet)).tolist()),
         extradata=index.extradata,
         has_audio=False,
         leading=False,
     )
+
+
+def cut_ends(decoded: np.ndarray) -> np.ndarray:
+    """Per frame count ``h`` in ``0 .. n`` (``decoded``: each frame's place in decode order, in
+    presentation order), whether frames ``0 .. h-1`` are the first ``h`` packets decoded: a cut
+    (of closed GOPs) may end there, no kept frame needing a later one (a B-frame's reference).
+    Without B-frames every ``h``; with them, where no frame before ``h`` waits for one after."""
+    out = np.ones(len(decoded) + 1, np.bool_)
+    if len(decoded):
+        out[1:] = np.maximum.accumulate(decoded) == np.arange(len(decoded))
+    return out
 
 
 def _file_size(fileobj: IO[bytes]) -> int:
@@ -226,25 +241,26 @@ def whole_gop_runs(
     return widened, placed
 
 
-def gop_padding(covered: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def gop_padding(covered: np.ndarray, keys: np.ndarray, decoded: np.ndarray) -> np.ndarray:
     """Per frame (presentation order), whether it is padding that ``whole_gop_runs`` adds around
-    the ``covered`` frames (those some episode's time range holds; ``keys``: the keyframes): a
-    run of uncovered frames that ends a GOP after covered frames (up to the next keyframe or the
-    file's end), then at most the start of one GOP up to covered frames (from a keyframe). Any
-    other uncovered frame (a whole GOP, a take appended without a keyframe) is not."""
-    out = np.zeros(len(covered), np.bool_)
+    the ``covered`` frames (those some episode's time range holds; ``keys``: the keyframes;
+    ``decoded``: each frame's place in decode order): after covered frames, those up to the first
+    place a cut may end (``cut_ends``: frames B-frames before them refer to); then at most the start
+    of one GOP up to covered frames (from its keyframe to an episode's first frame, not a keyframe:
+    else nothing would need it). Any other uncovered frame (a whole GOP, an appended take) is not."""
+    n = len(covered)
+    out = np.zeros(n, np.bool_)
     loose = np.flatnonzero(~covered)
     if not len(loose):
         return out
+    ends = np.flatnonzero(cut_ends(decoded))
     breaks = np.flatnonzero(np.diff(loose) > 1)
-    for a, last in zip(loose[np.r_[0, breaks + 1]], loose[np.r_[breaks, len(loose) - 1]], strict=True):
-        b = int(last) + 1  # the uncovered run [a, b)
-        inner = np.flatnonzero(keys[a:b]) + a
-        if len(inner) == 0:
-            ok = a > 0 and (b == len(covered) or bool(keys[b]))
-        else:
-            ok = len(inner) == 1 and (inner[0] == a or a > 0) and b < len(covered)
-        out[a:b] = ok
+    for a, last in zip(loose[np.r_[0, breaks + 1]].tolist(), loose[np.r_[breaks, len(loose) - 1]].tolist(), strict=True):
+        b = last + 1  # the uncovered run [a, b)
+        e = int(ends[np.searchsorted(ends, a)]) if a > 0 else a  # the trailing padding is [a, e)
+        out[a:b] = e >= b or (
+            b < n and bool(keys[e]) and not keys[b] and not keys[e + 1 : b].any()  # [e, b): one GOP's start
+        )
     return out
 
 
@@ -254,7 +270,7 @@ def _widened(clip: Clip, info: VideoInfo) -> tuple[int, int]:
     if info.leading or not info.keyframes:
         return 0, info.frames
     lo = max((k for k in info.keyframes if k <= clip.start), default=0)
-    hi = min((k for k in info.keyframes if k >= end), default=info.frames)
+    hi = min((k for k in info.ends if k >= end), default=info.frames)
     return lo, hi
 
 
@@ -263,7 +279,7 @@ def whole_gops(clip: Clip, info: VideoInfo) -> bool:
     end = clip.start + clip.count
     if info.leading and (clip.start, end) != (0, info.frames):
         return False  # a leading frame may refer across the cut
-    return clip.start in info.keyframes and (end == info.frames or end in info.keyframes)
+    return clip.start in info.keyframes and (end == info.frames or end in info.ends)
 
 
 @dataclass(frozen=True, slots=True)

@@ -468,7 +468,7 @@ def _check_video_file(
                 "error", "video", f"{int(inside.sum())} frames in {start:.4f}..{stop:.4f} s", file=url, episode=e.index,
                 camera=camera, expected=f"{e.length} (the episode's rows)",
             )
-    loose = ~covered & ~gop_padding(covered, ft.keys)  # a whole-GOP cut's frames around an episode are no take
+    loose = ~covered & ~gop_padding(covered, ft.keys, ft.decoded)  # a whole-GOP cut's frames around an episode are no take
     if loose.any():
         runs = list(_runs(np.flatnonzero(loose)))
         a, b = runs[0]
