@@ -6,10 +6,14 @@ remuxes (packets copied, timestamps shifted) when they can be:
 
 - **join**: every input has the same codec, size, pixel format and decoder configuration
   (``extradata``: H.264's SPS/PPS, AV1's sequence header), so one decoder reads them all;
-- **cut**: the clip starts on a keyframe and ends where the file ends or the next keyframe starts,
-  so no frame inside it refers to one outside. A format whose episodes are time ranges into a
-  file (LeRobot v3.0) needs no such luck: ``whole_gop_runs`` widens each run of clips to whole
-  GOPs, the frames before and after the episode kept in the file and skipped by its range.
+- **cut**: the clip starts on a keyframe and ends where no frame inside it refers to one after it
+  (``cut_ends``: anywhere without B-frames; the file's end or a keyframe always). A format whose
+  episodes are time ranges into a file (LeRobot v3.0) needs no such luck: ``whole_gop_runs`` widens
+  each run of clips back to its keyframe and on to such an end, the frames before and after the
+  episode kept in the file and skipped by its range.
+
+A clip of a store's file with a packet index (``packets.npz``) is cut from the index: no demuxing,
+the kept packets read in one range per run.
 
 Otherwise the frames are decoded and encoded again with the source's codec (``libx264`` for H.264,
 ``libsvtav1`` for AV1, ``libx265`` for HEVC) and the result says so (``reencoded``). Every output is
