@@ -34,6 +34,8 @@ class FrameTimes:
     fps: float  # the stream's average rate
     time_base: Fraction
     times: np.ndarray  # float64 seconds, sorted
+    keys: np.ndarray  # bool per frame of ``times``: a keyframe
+    decoded: np.ndarray  # int per frame of ``times``: its place in decode order
     broken: int  # packets past the file's end or flagged corrupt
     first_broken: float | None  # the time of the first of them
     has_audio: bool
@@ -53,15 +55,20 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 raise DecodeError("no video stream", path=name)
             s = c.streams.video[0]
             cc = s.codec_context
-            rows = np.array(  # pts, byte offset (-1: unknown), size, corrupt flag
-                [(p.pts, -1 if p.pos is None else p.pos, p.size, p.is_corrupt) for p in c.demux(s) if p.size and p.pts is not None],
+            rows = np.array(  # pts, byte offset (-1: unknown), size, corrupt flag, keyframe flag
+                [
+                    (p.pts, -1 if p.pos is None else p.pos, p.size, p.is_corrupt, p.is_keyframe)
+                    for p in c.demux(s) if p.size and p.pts is not None
+                ],
                 np.int64,
-            ).reshape(-1, 4)
+            ).reshape(-1, 5)
             pts = rows[:, 0]
             bad = ((rows[:, 1] >= 0) & (rows[:, 1] + rows[:, 2] > size)) | (rows[:, 3] != 0)
             broken = pts[bad]
             tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
-            times = np.sort(pts).astype(np.float64) * float(tb)
+            order = np.argsort(pts, kind="stable")
+            times = pts[order].astype(np.float64) * float(tb)
+            keys = (rows[:, 4] != 0)[order]
             return FrameTimes(
                 codec={"libdav1d": "av1", "libaom-av1": "av1"}.get(cc.name, cc.name),
                 width=cc.width,
@@ -70,6 +77,8 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 fps=float(s.average_rate or s.guessed_rate or 0),
                 time_base=tb,
                 times=times,
+                keys=keys,
+                decoded=order,
                 broken=len(broken),
                 first_broken=float(broken.min()) * float(tb) if len(broken) else None,
                 has_audio=bool(c.streams.audio),

@@ -6,10 +6,14 @@ remuxes (packets copied, timestamps shifted) when they can be:
 
 - **join**: every input has the same codec, size, pixel format and decoder configuration
   (``extradata``: H.264's SPS/PPS, AV1's sequence header), so one decoder reads them all;
-- **cut**: the clip starts on a keyframe and ends where the file ends or the next keyframe starts,
-  so no frame inside it refers to one outside. A format whose episodes are time ranges into a
-  file (LeRobot v3.0) needs no such luck: ``whole_gop_runs`` widens each run of clips to whole
-  GOPs, the frames before and after the episode kept in the file and skipped by its range.
+- **cut**: the clip starts on a keyframe and ends where no frame inside it refers to one after it
+  (``cut_ends``: anywhere without B-frames; the file's end or a keyframe always). A format whose
+  episodes are time ranges into a file (LeRobot v3.0) needs no such luck: ``whole_gop_runs`` widens
+  each run of clips back to its keyframe and on to such an end, the frames before and after the
+  episode kept in the file and skipped by its range.
+
+A clip of a store's file with a packet index (``packets.npz``) is cut from the index: no demuxing,
+the kept packets read in one range per run.
 
 Otherwise the frames are decoded and encoded again with the source's codec (``libx264`` for H.264,
 ``libsvtav1`` for AV1, ``libx265`` for HEVC) and the result says so (``reencoded``). Every output is
@@ -19,16 +23,17 @@ checked by counting its frames.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import IO, Any
 
 import numpy as np
 
 from ..errors import DecodeError
+from .packets import PacketIndex, PacketSource
 from .video import import_av, scheduling_kept
 
-__all__ = ["Clip", "Placed", "VideoInfo", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS"]
+__all__ = ["Clip", "Placed", "VideoInfo", "gop_padding", "indexed_info", "probe", "whole_gop_runs", "whole_gops", "write_clips", "ENCODERS", "cut_ends"]
 
 #: Decoder name -> the encoder that writes the same codec.
 ENCODERS = {
@@ -55,6 +60,7 @@ class VideoInfo:
     fps: float
     frames: int
     keyframes: tuple[int, ...]  # frame numbers (presentation order) of the keyframes
+    ends: tuple[int, ...]  # where a cut may end (``cut_ends``)
     extradata: bytes
     has_audio: bool
     leading: bool  # frames shown before a keyframe but decoded after it (open GOPs: HEVC's CRA)
@@ -75,12 +81,15 @@ class VideoInfo:
 
 @dataclass(frozen=True, slots=True)
 class Clip:
-    """Frames ``start`` to ``start + count`` of the video ``open()`` gives."""
+    """Frames ``start`` to ``start + count`` of the video ``open()`` gives; ``packets``, when the
+    file has a packet index (a store's ``packets.npz``), its index and a reader of its bytes: the
+    cut reads only the packets it keeps, without demuxing the file."""
 
     open: Opener
     name: str
     start: int
     count: int
+    packets: PacketSource | None = None
 
 
 def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
@@ -112,6 +121,7 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
                     elif keys and p.pts < keys[-1]:
                         leading = True
             order = {v: i for i, v in enumerate(sorted(pts))}
+            decoded = np.argsort(np.asarray(pts, np.int64), kind="stable")
             cc = s.codec_context
             return VideoInfo(
                 codec=_codec_name(cc.name),
@@ -121,12 +131,44 @@ def probe(fileobj: IO[bytes], name: str, *, packets: bool = True) -> VideoInfo:
                 fps=float(s.average_rate or s.guessed_rate or 0),
                 frames=counted or len(pts),
                 keyframes=tuple(sorted(order[k] for k in keys)),
+                ends=tuple(np.flatnonzero(cut_ends(decoded)).tolist()),
                 extradata=bytes(cc.extradata or b""),
                 has_audio=bool(c.streams.audio),
                 leading=leading,
             )
     except (av.error.FFmpegError, IndexError) as e:
         raise DecodeError(f"cannot read the video: {e}", path=name) from e
+
+
+def indexed_info(index: PacketIndex) -> VideoInfo:
+    """What ``probe`` finds, from a packet index, nothing read: the index holds plain files only
+    (closed GOPs, so no leading frames) and their video stream (``has_audio`` False: an export
+    writes video streams alone)."""
+    keyframes = np.searchsorted(index.shown, index.pts[index.key])
+    return VideoInfo(
+        codec=_codec_name(index.codec),
+        width=index.width,
+        height=index.height,
+        pix_fmt=index.pix_fmt,
+        fps=float(1 / (index.step * index.time_base)),
+        frames=index.frames,
+        keyframes=tuple(sorted(keyframes.tolist())),
+        ends=tuple(np.flatnonzero(cut_ends(index.packet)).tolist()),
+        extradata=index.extradata,
+        has_audio=False,
+        leading=False,
+    )
+
+
+def cut_ends(decoded: np.ndarray) -> np.ndarray:
+    """Per frame count ``h`` in ``0 .. n`` (``decoded``: each frame's place in decode order, in
+    presentation order), whether frames ``0 .. h-1`` are the first ``h`` packets decoded: a cut
+    (of closed GOPs) may end there, no kept frame needing a later one (a B-frame's reference).
+    Without B-frames every ``h``; with them, where no frame before ``h`` waits for one after."""
+    out = np.ones(len(decoded) + 1, np.bool_)
+    if len(decoded):
+        out[1:] = np.maximum.accumulate(decoded) == np.arange(len(decoded))
+    return out
 
 
 def _file_size(fileobj: IO[bytes]) -> int:
@@ -189,7 +231,7 @@ def whole_gop_runs(
     for clip, info in clips:
         if runs and runs[-1][0].name == clip.name and runs[-1][0].start + runs[-1][0].count == clip.start:
             last = runs[-1][0]
-            runs[-1] = (Clip(last.open, last.name, last.start, last.count + clip.count), info)
+            runs[-1] = (replace(last, count=last.count + clip.count), info)
             placed.append(Placed(len(runs) - 1, clip.start - last.start))
         else:
             runs.append((clip, info))
@@ -197,10 +239,33 @@ def whole_gop_runs(
     widened = []
     for r, (run, info) in enumerate(runs):
         lo, hi = _widened(run, info)
-        widened.append((Clip(run.open, run.name, lo, hi - lo), info))
+        widened.append((replace(run, start=lo, count=hi - lo), info))
         shift = run.start - lo
         placed = [Placed(p.run, p.lead + shift) if p.run == r else p for p in placed]
     return widened, placed
+
+
+def gop_padding(covered: np.ndarray, keys: np.ndarray, decoded: np.ndarray) -> np.ndarray:
+    """Per frame (presentation order), whether it is padding that ``whole_gop_runs`` adds around
+    the ``covered`` frames (those some episode's time range holds; ``keys``: the keyframes;
+    ``decoded``: each frame's place in decode order): after covered frames, those up to the first
+    place a cut may end (``cut_ends``: frames B-frames before them refer to); then at most the start
+    of one GOP up to covered frames (from its keyframe to an episode's first frame, not a keyframe:
+    else nothing would need it). Any other uncovered frame (a whole GOP, an appended take) is not."""
+    n = len(covered)
+    out = np.zeros(n, np.bool_)
+    loose = np.flatnonzero(~covered)
+    if not len(loose):
+        return out
+    ends = np.flatnonzero(cut_ends(decoded))
+    breaks = np.flatnonzero(np.diff(loose) > 1)
+    for a, last in zip(loose[np.r_[0, breaks + 1]].tolist(), loose[np.r_[breaks, len(loose) - 1]].tolist(), strict=True):
+        b = last + 1  # the uncovered run [a, b)
+        e = int(ends[np.searchsorted(ends, a)]) if a > 0 else a  # the trailing padding is [a, e)
+        out[a:b] = e >= b or (
+            b < n and bool(keys[e]) and not keys[b] and not keys[e + 1 : b].any()  # [e, b): one GOP's start
+        )
+    return out
 
 
 def _widened(clip: Clip, info: VideoInfo) -> tuple[int, int]:
@@ -209,7 +274,7 @@ def _widened(clip: Clip, info: VideoInfo) -> tuple[int, int]:
     if info.leading or not info.keyframes:
         return 0, info.frames
     lo = max((k for k in info.keyframes if k <= clip.start), default=0)
-    hi = min((k for k in info.keyframes if k >= end), default=info.frames)
+    hi = min((k for k in info.ends if k >= end), default=info.frames)
     return lo, hi
 
 
@@ -218,64 +283,134 @@ def whole_gops(clip: Clip, info: VideoInfo) -> bool:
     end = clip.start + clip.count
     if info.leading and (clip.start, end) != (0, info.frames):
         return False  # a leading frame may refer across the cut
-    return clip.start in info.keyframes and (end == info.frames or end in info.keyframes)
+    return clip.start in info.keyframes and (end == info.frames or end in info.ends)
 
 
-_Demuxed = tuple[str, list[tuple[bytes, int, "int | None", bool, "int | None"]], list[int], Any, int, np.ndarray]
+@dataclass(frozen=True, slots=True)
+class _Packets:
+    """One source file's packets in decode order, and ``read(chosen)``: the bytes of some of them."""
+
+    name: str
+    pts: np.ndarray  # int64
+    dts: np.ndarray  # int64; -1 << 62 where the packet has none
+    key: np.ndarray  # bool
+    duration: np.ndarray  # int64, 0 where unknown
+    time_base: Any
+    read: Callable[[list[int]], list[bytes]]
+    shown: list[int] = field(init=False)  # the pts sorted (presentation order)
+    step: int = field(init=False)  # one frame's duration
+
+    def __post_init__(self) -> None:
+        shown = sorted(self.pts.tolist())
+        object.__setattr__(self, "shown", shown)
+        object.__setattr__(self, "step", _frame_step(shown))
+
+
+_NO_DTS = -(1 << 62)
 
 
 def _remux(clips: Sequence[Clip], out: str) -> None:
-    """Copy the clips' packets into one file, shifting each clip's times to follow the last. Each
-    source file is demuxed once for a run of clips from it (not once per clip: a v3.0 export
-    takes many episodes' clips from one file)."""
+    """Copy the clips' packets into one file, shifting each clip's times to follow the last. A
+    file with a packet index is not demuxed: its kept packets are one range read; another is
+    demuxed once for a run of clips from it (not once per clip: a v3.0 export takes many
+    episodes' clips from one file)."""
     av = import_av()
     with av.open(out, "w", format="mp4") as dst:
         ostream = None
         offset = 0  # in the output's time base (set from the first input; all inputs share it)
-        demuxed: _Demuxed | None = None
+        source: _Packets | None = None
+        # one reorder delay for every indexed file: decode times must rise across the joins too
+        delay = max((_reorder_delay(c.packets.index) for c in clips if c.packets is not None), default=0)
         for clip in clips:
-            if demuxed is None or demuxed[0] != clip.name:
-                demuxed = _demux(av, clip)
-            _, packets, pts_sorted, time_base, step, _ = demuxed
-            if ostream is None:
+            if source is None or source.name != clip.name:
                 with clip.open() as f, av.open(f, "r") as src:
-                    ostream = dst.add_stream_from_template(src.streams.video[0], opaque=True)
-            if clip.start + clip.count > len(pts_sorted):
+                    template = src.streams.video[0]
+                    if ostream is None:
+                        ostream = dst.add_stream_from_template(template, opaque=True)
+                    source = _indexed(clip, template, delay) if clip.packets is not None else _demuxed(src, clip)
+            shown = source.shown
+            if clip.start + clip.count > len(shown):
                 raise DecodeError(
-                    f"frames {clip.start}..{clip.start + clip.count} asked of a video of {len(pts_sorted)}",
+                    f"frames {clip.start}..{clip.start + clip.count} asked of a video of {len(shown)}",
                     path=clip.name,
                 )
-            lo = pts_sorted[clip.start]
+            lo = shown[clip.start]
             end = clip.start + clip.count
-            hi = pts_sorted[end] if end < len(pts_sorted) else None
+            hi = shown[end] if end < len(shown) else None
             shift = offset - lo
-            all_pts = demuxed[5]
-            chosen = np.flatnonzero((all_pts >= lo) & (all_pts < hi if hi is not None else True))
-            for j in chosen.tolist():
-                data, pts, dts, key, duration = packets[j]
+            time_base = source.time_base
+            chosen = np.flatnonzero((source.pts >= lo) & (source.pts < hi if hi is not None else True))
+            fields = zip(
+                source.read(chosen.tolist()),
+                (source.pts[chosen] + shift).tolist(),
+                np.where(source.dts[chosen] == _NO_DTS, _NO_DTS, source.dts[chosen] + shift).tolist(),
+                source.key[chosen].tolist(),
+                source.duration[chosen].tolist(),
+                strict=True,
+            )
+            for data, pts, dts, key, duration in fields:  # the hot loop: plain Python values only
                 p = av.Packet(data)
-                p.pts = pts + shift
-                p.dts = None if dts is None else dts + shift
+                p.pts = pts
+                p.dts = None if dts == _NO_DTS else dts
                 p.is_keyframe = key
                 if duration:
                     p.duration = duration
                 p.time_base = time_base
                 p.stream = ostream
                 dst.mux(p)
-            offset += _span(pts_sorted, clip.start, end, step)
+            offset += _span(shown, clip.start, end, source.step)
 
 
-def _demux(av: Any, clip: Clip) -> _Demuxed:
-    """(name, packets as (bytes, pts, dts, keyframe, duration), the sorted pts, the time base, one
-    frame's duration, the packets' pts as an array) of a clip's file."""
-    with clip.open() as f, av.open(f, "r") as src:
-        s = src.streams.video[0]
-        packets = [
-            (bytes(p), p.pts, p.dts, p.is_keyframe, p.duration) for p in src.demux(s) if p.size and p.pts is not None
-        ]
-        pts_sorted = sorted(p[1] for p in packets)
-        pts = np.array([p[1] for p in packets], np.int64)
-        return clip.name, packets, pts_sorted, s.time_base, _frame_step(pts_sorted), pts
+def _demuxed(src: Any, clip: Clip) -> _Packets:
+    """Every packet of the open container ``src`` (the clip's file), bytes and all."""
+    s = src.streams.video[0]
+    packets = [(bytes(p), p.pts, p.dts, p.is_keyframe, p.duration) for p in src.demux(s) if p.size and p.pts is not None]
+    data = [p[0] for p in packets]
+    return _Packets(
+        name=clip.name,
+        pts=np.array([p[1] for p in packets], np.int64),
+        dts=np.array([_NO_DTS if p[2] is None else p[2] for p in packets], np.int64),
+        key=np.array([p[3] for p in packets], bool),
+        duration=np.array([p[4] or 0 for p in packets], np.int64),
+        time_base=s.time_base,
+        read=lambda chosen: [data[j] for j in chosen],
+    )
+
+
+def _reorder_delay(index: PacketIndex) -> int:
+    """How far (in pts) a frame is decoded before it is shown, at most: presentation times in order
+    minus the packets' own, at their deepest."""
+    return int(np.max(index.shown - index.pts)) if index.frames else 0
+
+
+def _indexed(clip: Clip, template: Any, delay: int) -> _Packets:
+    """The packets of the clip's file from its packet index, their bytes read when chosen (one
+    range read over them: the index keeps plain files, packets in file order). The index keeps no
+    decode times: they are the presentation times in order, shifted back by ``delay`` (the
+    deepest reordering of the files joined, at least a frame where the stream says it reorders),
+    as an encoder sets them."""
+    assert clip.packets is not None
+    index, read = clip.packets.index, clip.packets.read
+    if template.codec_context.has_b_frames:
+        delay = max(delay, index.step)
+
+    def chosen_bytes(chosen: list[int]) -> list[bytes]:
+        if not chosen:
+            return []
+        first, last = chosen[0], chosen[-1]
+        base = int(index.pos[first])
+        span = memoryview(read(base, int(index.pos[last] + index.size[last]) - base))
+        return [bytes(span[int(index.pos[j]) - base : int(index.pos[j] + index.size[j]) - base]) for j in chosen]
+
+    return _Packets(
+        name=clip.name,
+        pts=index.pts,
+        dts=index.shown - delay,
+        key=index.key,
+        duration=np.full(index.frames, index.step, np.int64),
+        time_base=index.time_base,
+        read=chosen_bytes,
+    )
 
 
 def _frame_step(pts_sorted: Sequence[int]) -> int:

@@ -24,6 +24,7 @@ checked against each member's size before any byte is read, since a dataset's fi
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -61,20 +62,21 @@ RGB_THREADS = 1
 def rgb24(reformatter: Any, frame: Any) -> np.ndarray:
     """``frame`` as an RGB uint8 array, on ``RGB_THREADS`` threads where PyAV takes a thread count
     (16 and later); PyAV 15, which lerobot 0.6 pins (``av<16``), has no ``threads`` argument."""
-    if _REFORMAT_THREADS:
+    if _takes_threads():
         return reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
     return reformatter.reformat(frame, format="rgb24").to_ndarray()
 
 
+@functools.cache
 def _takes_threads() -> bool:
+    """Asked on first use: importing PyAV costs a quarter second that commands reading no frame
+    (an edit) need not pay."""
     try:
         import av
     except ImportError:
         return False
     return int(str(av.__version__).split(".")[0]) >= 16
 
-
-_REFORMAT_THREADS = _takes_threads()
 
 #: Decoded frames kept (a window asked again, padding rows repeating a frame, decode once).
 FRAMES_KEPT = 32

@@ -220,3 +220,64 @@ def test_minari_edit_exports(tmp_path: Path) -> None:
     for new, ep in enumerate(ds.iterate_episodes()):
         old = src_view[src_view.position(2 * new)]
         np.testing.assert_array_equal(ep.actions, old.steps["actions"])
+
+
+EDITS = {  # operation -> a call that writes its result at OUT
+    "delete": lambda s, o: shardstore.edit.delete_episodes(s, o, episodes="1,4"),
+    "keep": lambda s, o: shardstore.edit.keep_episodes(s, o, episodes="2-4"),
+    "filter": lambda s, o: shardstore.edit.filter_episodes(s, o, where="episode % 2 == 1"),
+    "split": lambda s, o: shardstore.edit.split(s, o, ratio="4,1,1", seed=1),
+    "merge": lambda s, o: shardstore.edit.merge(o, [s, s]),
+    "rename": lambda s, o: shardstore.edit.rename_field(s, o, old="action", new="act"),
+    "drop": lambda s, o: shardstore.edit.drop_field(s, o, field="observation.image"),
+    "set-task": lambda s, o: shardstore.edit.set_task(s, o, task="wave", where="episode > 3"),
+}
+
+
+@pytest.mark.parametrize("operation", list(EDITS))
+def test_every_edit_exports_and_deep_checks_clean(store: Path, tmp_path: Path, operation: str) -> None:
+    """``check lerobot --deep`` finds no error in an export of any edit, v3.0 and v2.1: its exact
+    stats.json quantiles (the data's own, not LeRobot's average of the episodes') included."""
+    from shardstore.convert.lerobot.deep import check_deep
+
+    EDITS[operation](str(store), str(tmp_path / "e"))
+    for version in ("v3.0", "v2.1"):
+        out = tmp_path / f"lr-{version}"
+        export_lerobot(str(tmp_path / "e"), str(out), version=version)
+        report = check_deep(str(out))
+        assert [p for p in report.problems if p.severity == "error"] == [], (operation, version)
+
+
+def test_deep_check_still_catches_stats_json_quantiles_off_the_data(store: Path, tmp_path: Path) -> None:
+    """The exact quantiles are accepted, not any: one outside every episode's range is an error."""
+    from shardstore.convert.lerobot.deep import check_deep
+
+    shardstore.edit.delete_episodes(str(store), str(tmp_path / "d"), episodes="0")
+    export_lerobot(str(tmp_path / "d"), str(tmp_path / "lr"))
+    path = tmp_path / "lr/meta/stats.json"
+    stats = json.loads(path.read_text())
+    assert check_deep(str(tmp_path / "lr")).ok
+    stats["action"]["q50"][0] = stats["action"]["max"][0]  # inside [min, max], outside the episodes' medians
+    path.write_text(json.dumps(stats))
+    bad = [p for p in check_deep(str(tmp_path / "lr")).problems if p.severity == "error"]
+    assert [(p.check, p.field) for p in bad] == [("stats", "action")] and "q50" in bad[0].message
+
+
+@pytest.mark.slow
+def test_rlds_export_of_an_edit_loads_in_tfds(store: Path, tmp_path: Path) -> None:
+    """The last format: an edit exported to RLDS reads in the real tensorflow_datasets, the kept
+    episodes' values those of the source, in order."""
+    from shardstore.convert.rlds import export_rlds
+
+    sys.path.insert(0, str(ROOT / "tests/convert"))
+    from test_rlds_tfds import tfds_load
+
+    shardstore.edit.delete_episodes(str(store), str(tmp_path / "d"), episodes="1,4")
+    out = tmp_path / "rlds/robo/1.0.0"
+    export_rlds(str(tmp_path / "d"), str(out))
+    got = tfds_load(out, tmp_path)
+    src = shardstore.episodes(str(store))
+    for new, old in enumerate([0, 2, 3, 5]):
+        assert int(got[f"train/{new}/__len__"]) == LENGTH
+        np.testing.assert_array_equal(got[f"train/{new}/steps/action"], src[src.position(old)].steps["action"])
+    assert "train/4/__len__" not in got

@@ -1,7 +1,7 @@
 """An edited dataset exported to LeRobot v3.0 loads in the real ``LeRobotDataset`` (lerobot 0.6.1 in
 ``.venv-lerobot``; ``SHARDSTORE_LEROBOT_VENV`` names another) with the expected episodes, tasks and
-frames: the frames LeRobot decodes are the source's, bit for bit. Skips when that venv is missing,
-except in CI, where it fails."""
+frames: the frames LeRobot decodes are the source's, bit for bit; ``check --deep`` finds no error in
+it. Skips when that venv is missing, except in CI, where it fails."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from lerobot_venv import PEERS, run_lerobot
 
 import shardstore
 from shardstore.convert.lerobot import export_lerobot, import_lerobot
+from shardstore.convert.lerobot.deep import check_deep
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -40,6 +41,8 @@ def test_lerobot_dataset_reads_an_edited_export(tmp_path: Path) -> None:
     shardstore.edit.set_task(str(tmp_path / "d"), str(tmp_path / "t"), task="wave", episodes="4")  # numbers kept: 0, 2, 4
     report = export_lerobot(str(tmp_path / "t"), str(tmp_path / "lr"))
     assert report.reencoded == []
+    deep = check_deep(str(tmp_path / "lr"))  # the exact stats and whole-GOP padding check clean
+    assert deep.ok, [str(p) for p in deep.problems if p.severity == "error"]
     got = lerobot_load(tmp_path / "lr", tmp_path / "lr.npz", list(range(3 * LENGTH)))
     assert int(got["len"]) == 3 * LENGTH
     kept = [0, 2, 4]  # source episodes in result order

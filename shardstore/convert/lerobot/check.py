@@ -297,14 +297,16 @@ def _check_videos(meta: LeRobotMeta, storage: Storage, present: set[str], report
                     episode=ep,
                     camera=cam,
                 )
-        if info.frames != total:
+        if info.frames != total:  # more: a cut's whole-GOP padding, which --deep tells from an appended take
             report.add(
-                "error",
+                "error" if info.frames < total else "warning",
                 "frames",
                 f"{info.frames} video frames where its episodes have {total} rows",
                 file=url,
                 episode=uses[-1][0],
                 camera=camera,
+                expected=None if info.frames < total else "frames outside every episode's range only as a cut's "
+                "padding to whole GOPs (check --deep tells them from an appended take)",
             )
         _check_spans(uses, info.frames, fps, url, report)
 

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ...episodes.frametimes import FrameTimes, frame_times
+from ...episodes.mp4 import gop_padding
 from ...episodes.problems import progress as progress_bar
 from ...errors import DecodeError, ShardstoreError
 from ...storage import Storage, open_storage
@@ -402,7 +403,7 @@ def _check_dataset_stats(
         try:  # the file's values and the episodes' stored video stats are untrusted
             if not isinstance(said[key], dict):
                 raise TypeError(f"a {type(said[key]).__name__}, not an object of statistics")
-            bad = lstats.compare(said[key], lstats.merge(per))
+            bad = lstats.compare_dataset(said[key], per)
         except (ValueError, TypeError, KeyError) as err:
             report.add("error", "stats", f"statistics that do not read: {err}", file=where, field=key)
             continue
@@ -471,7 +472,7 @@ def _check_video_file(
                 "error", "video", f"{int(inside.sum())} frames in {start:.4f}..{stop:.4f} s", file=url, episode=e.index,
                 camera=camera, expected=f"{e.length} (the episode's rows)",
             )
-    loose = ~covered
+    loose = ~covered & ~gop_padding(covered, ft.keys, ft.decoded)  # a whole-GOP cut's frames around an episode are no take
     if loose.any():
         runs = list(_runs(np.flatnonzero(loose)))
         a, b = runs[0]

@@ -15,7 +15,11 @@ tests/convert/test_lerobot_deep.py against datasets its own writer made):
   values divided by 255, shapes ``(channels, 1, 1)``, ``count`` = the number of frames sampled;
 - the dataset's ``stats.json`` merges the episodes': min of mins, max of maxes, the count-weighted
   mean, the parallel-variance std, the summed count, and each quantile as the **count-weighted mean of
-  the episodes' quantiles** (LeRobot's own rule: not the data's quantile, so not checked as one).
+  the episodes' quantiles** (LeRobot's own rule: not the data's quantile). shardstore's exports write
+  the data's own quantiles instead (computed over every row by the rule above), so the check
+  (``compare_dataset``) takes either: a quantile equal to the merge, or one inside the range of the
+  episodes' (the data's q-quantile lies between the smallest and the largest of the episodes'
+  q-quantiles: no more than a share q of every episode's rows lies below the smallest).
 
 An export (``episode_stats``) keeps the source's stats where they count the episode's rows and
 computes what they lack (a v2.1 source's quantiles, every stat of another format's episodes) by
@@ -51,6 +55,7 @@ __all__ = [
     "merge",
     "merge_features",
     "compare",
+    "compare_dataset",
     "ordered",
     "outside",
 ]
@@ -248,6 +253,35 @@ def merge(episodes: Sequence[Mapping[str, np.ndarray]]) -> Stats:
     return out
 
 
+def _tolerance(stat: str, scale: np.ndarray, width: np.ndarray) -> np.ndarray:
+    rel, bins = TOLERANCE.get(stat, (1e-5, 0))
+    return np.asarray(rel * scale.ravel() + bins * width.ravel() + 1e-8)
+
+
+def compare_dataset(
+    got: Mapping[str, np.ndarray], episodes: Sequence[Mapping[str, np.ndarray]]
+) -> list[tuple[str, str, str]]:
+    """``compare`` of ``stats.json``'s statistics of a feature with the merge of its episodes',
+    where a quantile that is not the merge's may be the data's own (see the module docstring):
+    inside the range of the episodes' quantiles, within the tolerance."""
+    merged = merge(episodes)
+    bad = compare(got, merged)
+    if any(stat not in QUANTILES for stat, _, _ in bad):
+        return bad
+    lo, hi = np.asarray(merged["min"], np.float64), np.asarray(merged["max"], np.float64)
+    scale, width = np.maximum(np.abs(lo), np.abs(hi)), (hi - lo) / BINS
+    out = []
+    for stat, found, expected in bad:
+        qs = np.stack([np.asarray(s[stat], np.float64) for s in episodes])
+        low, high = qs.min(0).ravel(), qs.max(0).ravel()
+        g, tol = np.asarray(got[stat], np.float64).ravel(), _tolerance(stat, scale, width)
+        off = ~((g >= low - tol) & (g <= high + tol))
+        if off.any():
+            i = int(np.flatnonzero(off)[0])
+            out.append((stat, found, f"{expected}, or the data's own between {low[i]:.7g} and {high[i]:.7g}"))
+    return out
+
+
 def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> list[tuple[str, str, str]]:
     """``(stat, found, expected)`` for each statistic of ``got`` (what the dataset says) that is not
     ``want`` (recomputed) within ``TOLERANCE``; statistics ``got`` lacks are not compared (v2.1
@@ -273,8 +307,7 @@ def compare(got: Mapping[str, np.ndarray], want: Mapping[str, np.ndarray]) -> li
             if not np.array_equal(g.ravel(), w.ravel()):
                 bad.append((stat, _fmt(g), _fmt(w)))
             continue
-        rel, bins = TOLERANCE.get(stat, (1e-5, 0))
-        tol = rel * scale.ravel() + bins * width.ravel() + 1e-8
+        tol = _tolerance(stat, scale, width)
         off = ~(np.abs(g.ravel() - w.ravel()) <= tol)  # NaN counts as off
         if off.any():
             i = int(np.flatnonzero(off)[0])

@@ -43,15 +43,17 @@ from ...episodes.mp4 import (
     Clip,
     Placed,
     VideoInfo,
+    indexed_info,
     probe,
     whole_gop_runs,
     whole_gops,
     write_clips,
 )
 from ...episodes.names import safe_relpath
+from ...episodes.packets import PacketSource
 from ...episodes.staging import StagedFolder
 from ...episodes.tasks import episode_tasks, step_tasks, task_table
-from ...episodes.video import FrameDecoder, VideoRef, import_av, scheduling_kept
+from ...episodes.video import FrameDecoder, VideoRef, VideoStore, import_av, scheduling_kept
 from ...errors import LeRobotFormatError, library_errors
 from .meta import DEFAULT_COLUMNS, VERSIONS, column_numpy, flatten_stats, import_arrow, tasks_table
 from .stats import episode_stats, merge_features, sample_indices, vector_stats
@@ -145,6 +147,7 @@ class _Writer:
         self.task_ids: dict[str, int] = {t: i for i, t in enumerate(task_table(self.schema))}
         self.decoder: FrameDecoder | None = None  # for the stats of cameras whose source has none
         self.probes: dict[str, VideoInfo] = {}
+        self.packets: dict[str, PacketSource | None] = {}
         self.encoded: set[str] = set()  # clips made from decoded frames (import --frames)
         self.rows: list[dict[str, Any]] = []  # per episode: index, tasks, length, stats, location
         self.pending = _Pending()
@@ -171,20 +174,23 @@ class _Writer:
         tasks = self._tasks(episode, n)
         table = self._table(episode, n, tasks)
         self._learn_shapes(episode)
+        # the value fields' columns as arrays once: for the episode's stats and the dataset's
+        kept = {name: column_numpy(table.column(name), n) for name in self.values if name in table.column_names}
         values: dict[str, Callable[[], np.ndarray]] = {}
         for name, feat in self.features.items():
             if feat.get("dtype") in ("video", "image") and name in episode.steps:
                 sampled = [episode.steps[name][i] for i in sample_indices(n)]
                 values[name] = functools.partial(self._frames, sampled)
+            elif name in kept:
+                values[name] = functools.partial(kept.__getitem__, name)
             elif name in table.column_names:
                 values[name] = functools.partial(column_numpy, table.column(name), n)
         pictures = [k for k, f in self.features.items() if f.get("dtype") in ("video", "image")]
         stats = episode_stats(
             episode.metadata.get("stats") or {}, values, pictures, n, quantiles=self.version != "v2.1"
         )
-        for name, kept in self.values.items():
-            if name in table.column_names:
-                kept.append(column_numpy(table.column(name), n))
+        for name, array in kept.items():
+            self.values[name].append(array)
         meta = episode.metadata
         listed = episode_tasks(self.schema, episode)  # the source's order where it has one
         row = {"episode_index": episode.index, "tasks": list(dict.fromkeys(listed + tasks)), "length": n}
@@ -378,15 +384,29 @@ class _Writer:
             opener = self.stream.video_files.get(name)
             if opener is None:
                 raise LeRobotFormatError("the stream has no such video file", path=name, member=where, noun="")
+            packets = self._packets(name)
             if name not in self.probes:
-                with opener() as f:
-                    self.probes[name] = probe(f, name)
-            return Clip(opener, name, frames[0], n), self.probes[name]
+                if packets is not None:
+                    self.probes[name] = indexed_info(packets.index)
+                else:
+                    with opener() as f:
+                        self.probes[name] = probe(f, name)
+            return Clip(opener, name, frames[0], n, packets), self.probes[name]
         # frames decoded into the steps (import --frames): encode them into a file of their own
         data = _encode_frames(values, self._codec(key), self.fps, where)
         info = probe(io.BytesIO(data), where)
         self.encoded.add(where)
         return Clip(lambda: io.BytesIO(data), where, 0, n), info
+
+    def _packets(self, name: str) -> PacketSource | None:
+        """The packet index of a video file of the stream's store (its ``packets.npz``), or None
+        (a store without one, a file that did not qualify, a stream of plain files): the cut then
+        demuxes the file."""
+        if name not in self.packets:
+            store = self.stream.video_files
+            indexed = isinstance(store, VideoStore) and store.packets is not None
+            self.packets[name] = store.source(name) if indexed else None  # type: ignore[attr-defined]
+        return self.packets[name]
 
     def _runs(
         self, clips: Sequence[tuple[Clip, VideoInfo]]
