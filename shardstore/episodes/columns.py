@@ -285,6 +285,10 @@ class ColumnLayout:
             index += 3 if video else 2
         return cls(schema, dtype, variable, tuple(columns), struct.Struct(fmt))
 
+    def __reduce__(self) -> tuple[Any, tuple[Schema]]:
+        """Rebuilt from the schema in a DataLoader worker: a ``struct.Struct`` does not pickle."""
+        return ColumnLayout.of, (self.schema,)
+
     def rows_at(self, rows: int) -> int:
         """Offset of ``steps.npy``'s first record from the sample's first byte."""
         at = self._rows_at.get(rows)
