@@ -1159,10 +1159,12 @@ def import_lerobot_command(
     "--final-observation",
     type=click.Choice(["keep", "drop"]),
     default=None,
-    help="Minari's observation after the last action: one more frame (restored on import) or dropped.",
+    help="The observation after the last action (Minari's final row, the episode-frame layout's next_obs): one more "
+    "frame (restored on import) or dropped.",
 )
 @click.option("--force", is_flag=True, help="Replace a LeRobot dataset already at OUT.")
 @click.option("--progress/--no-progress", default=True, help="Show a progress bar by episodes (only on a terminal).")
+@allow_pickle_option
 @storage_options_option
 @quiet_option
 @json_option
@@ -1178,6 +1180,7 @@ def export_lerobot_command(
     final_observation: str | None,
     force: bool,
     progress: bool,
+    allow_pickle: bool,
     storage_options: dict[str, Any] | None,
     quiet: bool,
     as_json: bool,
@@ -1194,6 +1197,7 @@ def export_lerobot_command(
     Example:
       shardstore export lerobot ./ds ./my_lerobot_v30 --version 3.0
       shardstore export lerobot ./minari_ds ./my_lerobot --fps 30 --task "reach" --final-observation drop
+      shardstore export lerobot ./il_ds ./il_lerobot --fps 10 --final-observation keep --allow-pickle
     """
     from .convert.lerobot import WriteOptions, export_lerobot
     from .episodes.report import ConvertReport, folder_bytes
@@ -1201,7 +1205,7 @@ def export_lerobot_command(
     with _episode_bar(progress and not quiet and not as_json and sys.stderr.isatty(), dataset, storage_options) as bar:
         raw, seconds = run_export(
             export_lerobot, dataset, out, version=version, force=force, storage_options=storage_options, progress=bar,
-            options=WriteOptions(fps, task, images, video_codec, final_observation),
+            options=WriteOptions(fps, task, images, video_codec, final_observation), allow_pickle=allow_pickle,
         )
     warnings = [f"re-encoded {path} (frames decoded or from images, or episodes off keyframes)" for path in raw.reencoded]
     report = ConvertReport.of(
@@ -1524,10 +1528,13 @@ _add_format_check(
               help="--to lerobot: the LeRobot version to write (default: the source's, else 3.0).")
 @click.option("--fps", type=float, default=None, help="--to lerobot: frames per second, for a source that has none.")
 @click.option("--final-observation", type=click.Choice(["keep", "drop"]), default=None,
-              help="--to lerobot from Minari: keep the observation after the last action as one more frame, or drop it.")
+              help="--to lerobot from Minari or episode-frame: keep the observation after the last action as one more "
+                   "frame, or drop it.")
 @click.option("--task", default=None, help="--to lerobot: the task of episodes that name none.")
 @click.option("--images", type=click.Choice(["video", "image"]), default=None,
               help="--to lerobot: image fields as LeRobot video features (encoded) or image features (PNG).")
+@click.option("--video-codec", type=click.Choice(["av1", "h264", "hevc"]), default=None,
+              help="--to lerobot: the codec of image fields encoded as video (default av1, as LeRobot records).")
 @click.option("--backend", type=click.Choice(["hdf5", "arrow", "parquet"]), default=None,
               help="--to minari: 0.5's data_format (default: the source's, else hdf5).")
 @click.option("--image-encoding", type=click.Choice(["png", "jpeg"]), default=None,
@@ -1541,7 +1548,7 @@ _add_format_check(
 @handle_errors
 def convert_command(src: str, out: str, to: str, source_format: str | None, keep: str | None, version: str | None,
                     fps: float | None, final_observation: str | None, task: str | None, images: str | None,
-                    backend: str | None,
+                    video_codec: str | None, backend: str | None,
                     image_encoding: str | None, force: bool, progress: bool,
                     allow_pickle: bool, storage_options: dict[str, Any] | None, as_json: bool, quiet: bool) -> None:
     """Convert the dataset SRC into another format at OUT: import into a temporary episode dataset
@@ -1564,7 +1571,7 @@ def convert_command(src: str, out: str, to: str, source_format: str | None, keep
     report = _sigterm_unwinds(convert)(
         src, out, to=to, source_format=source_format, keep=keep, allow_pickle=allow_pickle, force=force,
         progress=show, storage_options=storage_options, version=version, fps=fps, backend=backend,
-        final_observation=final_observation, task=task, images=images,
+        final_observation=final_observation, task=task, images=images, video_codec=video_codec,
         image_encoding=image_encoding,
     )
     if as_json:

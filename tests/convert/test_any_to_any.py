@@ -69,10 +69,6 @@ def cells() -> list[Any]:
                     marks.append(pytest.mark.xfail(
                         reason="LeRobot targets need the LeRobot writer of issue 21 (branch lerobot-real) and its "
                                "loader peer tests/convert/lerobot_peer.py", strict=False))
-                elif tgt.startswith("lerobot") and src == "episode-wds":
-                    marks.append(pytest.mark.xfail(
-                        reason="the LeRobot writer takes the layout's pickled steps for images; it must decode them "
-                               "first (episodes.conventions.decode_pickles, with --allow-pickle)", strict=False))
                 out.append(pytest.param(src, tgt, route, id=f"{src}->{tgt}-{route}", marks=marks))
     return out
 
@@ -166,12 +162,15 @@ def cli(*args: object) -> Run:
 
 
 def decisions(src: str, tgt: str) -> list[str]:
-    """The flags a user passes for this pair: pickled steps, a frame rate where the source has none."""
-    flags = ["--allow-pickle"] if src == "episode-wds" and not tgt.startswith("lerobot") else []
+    """The flags a user passes for this pair: pickled steps, a frame rate where the source has none,
+    what becomes of the observation after the last action (Minari's final row, the layout's ``next_obs``)."""
+    flags = ["--allow-pickle"] if src == "episode-wds" else []
     if tgt.startswith("lerobot") and not src.startswith("lerobot"):
         flags += ["--fps", "10", "--images", "image"]  # the sources' noise images: PNG, not a video codec
     if tgt.startswith("lerobot") and src.startswith("minari"):
         flags += ["--final-observation", "keep", "--task", "reach"]
+    if tgt.startswith("lerobot") and src == "episode-wds":
+        flags += ["--final-observation", "keep"]
     return flags
 
 
@@ -314,12 +313,12 @@ def _lerobot_episodes(npz: Path) -> list[Episode]:
         action = next(k for k in ("action", "actions", "acts") if k in keys)
         ep = {"actions": np.stack([flat[f"item/{j}/{action}"] for j in js])}
         for key in keys:
-            if not key.startswith("observation") or key.endswith("_is_pad"):
+            if not key.startswith(("observation", "obs")) or key.endswith("_is_pad"):
                 continue
             values = np.stack([flat[f"item/{j}/{key}"] for j in js])
             if values.dtype == np.float32 and values.ndim == 4:  # images and video: float CHW in [0, 1]
                 values = np.round(values.transpose(0, 2, 3, 1) * 255).astype(np.uint8)
-            ep[key.split(".")[-1]] = values
+            ep["" if key == "obs" else key.split(".")[-1]] = values  # the layout's names, as load_episode_wds
         episodes.append(ep)
     return episodes
 

@@ -110,6 +110,49 @@ def test_a_decision_is_asked_by_its_flag_and_nothing_is_written(frames: Path, tm
     assert (out / "dataset_info.json").exists()
 
 
+def test_pickled_steps_into_lerobot_ask_for_allow_pickle_then_decode(frames: Path, tmp_path: Path) -> None:
+    """Export and convert to LeRobot refuse pickled steps in one line naming the fields and the
+    flag, writing nothing; with it they are decoded (restricted unpickler) and ``obs``/``next_obs``
+    become one observation whose final row ``--final-observation`` keeps."""
+    import pyarrow.parquet as pq
+
+    ds = tmp_path / "ds"
+    assert cli("import", "episode-wds", frames, ds, "-q").exit_code == 0  # kept as pickle bytes
+    for args in (("export", "lerobot", ds), ("convert", frames)):
+        out = tmp_path / f"{args[0]}-lerobot"
+        res = cli(*args, out, *(("--to", "lerobot") if args[0] == "convert" else ()), "--fps", "10",
+                  "--final-observation", "keep")
+        assert res.exit_code == 1 and "Traceback" not in res.output
+        assert len(res.output.strip().splitlines()) == 1
+        assert "--allow-pickle" in res.output and "obs" in res.output and "acts" in res.output
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if ".convert-" in p.name]
+        res = cli(*args, out, *(("--to", "lerobot") if args[0] == "convert" else ()), "--fps", "10",
+                  "--final-observation", "keep", "--images", "image", "--allow-pickle", "-q")
+        assert res.exit_code == 0, res.output
+        info = json.loads((out / "meta" / "info.json").read_text())
+        assert info["features"]["obs"]["dtype"] == "image" and "next_obs" not in info["features"]
+        assert "infos" not in info["features"]  # a dict per step: no array form, dropped (reported)
+        table = pq.read_table(out / "data" / "chunk-000" / "file-000.parquet").to_pydict()
+        assert table["episode_index"] == [0, 0, 0, 1, 1, 1, 1]  # 2 + 1 and 3 + 1 frames: the final observation
+        want = [r["acts"] for r in rollouts(np.random.default_rng(0), [2, 3], (4, 4, 3))]
+        got = [np.asarray(a) for a in table["acts"]]
+        np.testing.assert_array_equal(got[:2] + got[3:6], want)  # the kept frame repeats the last action
+
+
+def test_convert_to_lerobot_encodes_images_with_the_codec_asked(minari_src: Path, tmp_path: Path) -> None:
+    av = pytest.importorskip("av")
+    out = tmp_path / "lr"
+    res = cli("convert", minari_src, out, "--to", "lerobot", "--fps", "10", "--task", "reach",
+              "--final-observation", "drop", "--images", "video", "--video-codec", "h264", "-q")
+    assert res.exit_code == 0, res.output
+    features = json.loads((out / "meta" / "info.json").read_text())["features"]
+    videos = {k: f["info"]["video.codec"] for k, f in features.items() if f["dtype"] == "video"}
+    assert videos == {"observations.image": "h264"}
+    [mp4] = (out / "videos").rglob("*.mp4")
+    with av.open(str(mp4)) as c:
+        assert c.streams.video[0].codec_context.name == "h264"
+
+
 def test_the_task_folder_becomes_the_language_instruction(frames: Path, tmp_path: Path) -> None:
     from shardstore.convert.rlds import read_rlds
 

@@ -29,6 +29,7 @@ from typing import IO, Any, ClassVar, Literal
 
 import numpy as np
 
+from ...episodes.mapping import ConversionReport
 from ...episodes.model import Episode, EpisodeStream, FieldSpec, Schema
 from ...episodes.packets import PACKETS_FILE
 from ...episodes.video import VIDEO_STORE, FrameDecoder, VideoRef
@@ -37,6 +38,7 @@ from ...errors import LeRobotFormatError
 from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
+from .conventions import FORMAT, to_lerobot
 from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
 from .write import WriteOptions, WriteReport, write_lerobot
 
@@ -416,15 +418,22 @@ def export_lerobot(
     storage_options: dict[str, Any] | None = None,
     force: bool = False,
     options: WriteOptions | None = None,
+    allow_pickle: bool = False,
+    mapping: ConversionReport | None = None,
 ) -> WriteReport:
     """Export an episode dataset imported from LeRobot (or any episode dataset) to LeRobot ``version``
     (default: the version a LeRobot import came from, else v3.0) at ``out``, replacing a LeRobot
     dataset there only with ``force``; ``options`` are what a dataset from another format needs
-    (``WriteOptions``); see ``write_lerobot``."""
+    (``WriteOptions``); see ``write_lerobot``. One from another format is shaped first
+    (``conventions.to_lerobot``: ``allow_pickle`` lets it decode pickled steps, else
+    ``PickleNotAllowedError`` naming ``--allow-pickle``), its field mapping filled into ``mapping``."""
     from ...episodes import episodes
 
     view = episodes(dataset, storage_options=storage_options)
-    return write_lerobot(view.stream(), out, version=version, progress=progress, force=force, options=options)
+    stream = view.stream()
+    mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
+    stream = to_lerobot(stream, mapping, allow_pickle=allow_pickle)
+    return write_lerobot(stream, out, version=version, progress=progress, force=force, options=options)
 
 
 def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[float]]) -> dict[str, Any]:
