@@ -33,6 +33,7 @@ from .model import Episode, EpisodeStream, FieldSpec, Schema, StepValues
 from .tasks import TASK_FIELDS
 
 __all__ = [
+    "EPISODE_BOOKKEEPING",
     "Role",
     "decode_for",
     "decode_media",
@@ -59,6 +60,10 @@ REWARD = ("reward", "rewards", "rews", "next.reward")
 FLAG = ("terminations", "truncations", "dones", "next.done", "discount", "is_first", "is_last", "is_terminal")
 #: LeRobot's columns of every frame: rebuilt by a LeRobot writer, meaningless elsewhere.
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+#: LeRobot's per-episode bookkeeping in ``Episode.metadata``: its episodes row (file locations, time
+#: ranges), per-episode stats of its columns, image paths and row count. A LeRobot writer derives
+#: them again; in another format they would describe files and names that are not there.
+EPISODE_BOOKKEEPING = ("source_row", "stats", "image_paths", "length")
 #: The name prefix of the ``X``/``next_X`` pair (the episode-frame layout's ``obs``/``next_obs``).
 NEXT = "next_"
 

@@ -137,6 +137,11 @@ def test_pickled_steps_into_lerobot_ask_for_allow_pickle_then_decode(frames: Pat
         want = [r["acts"] for r in rollouts(np.random.default_rng(0), [2, 3], (4, 4, 3))]
         got = [np.asarray(a) for a in table["acts"]]
         np.testing.assert_array_equal(got[:2] + got[3:6], want)  # the kept frame repeats the last action
+        mapping = json.loads(Path(f"{out}.report.json").read_text())["conversion"]
+        assert {"source": "obs", "target": "obs", "cast": "", "encoding": "pickle -> array (restricted unpickler)"} \
+            in mapping["mapped"]
+        assert {d["target"] for d in mapping["derived"]} >= {"timestamp", "frame_index", "episode_index", "index"}
+        assert {d["source"] for d in mapping["dropped"]} >= {"infos", "next_obs"}
 
 
 def test_convert_to_lerobot_encodes_images_with_the_codec_asked(minari_src: Path, tmp_path: Path) -> None:
@@ -151,6 +156,21 @@ def test_convert_to_lerobot_encodes_images_with_the_codec_asked(minari_src: Path
     [mp4] = (out / "videos").rglob("*.mp4")
     with av.open(str(mp4)) as c:
         assert c.streams.video[0].codec_context.name == "h264"
+        decoded = np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+    # the report's PSNR is the lowest episode's, measured as a reader decodes the file
+    from minari.dataset.minari_dataset import MinariDataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        source = [ep.observations["image"][:-1] for ep in MinariDataset(str(minari_src / "data")).iterate_episodes()]
+    at, dbs = 0, []
+    for frames in source:
+        got = decoded[at:at + len(frames)].astype(np.float64)
+        dbs.append(10 * np.log10(255.0**2 / np.mean((got - frames) ** 2)))
+        at += len(frames)
+    assert at == len(decoded)
+    [approx] = json.loads(Path(f"{out}.report.json").read_text())["conversion"]["approximated"]
+    assert approx["source"] == "observations.image" and approx["psnr_db"] == pytest.approx(min(dbs), abs=0.01)
 
 
 def test_the_task_folder_becomes_the_language_instruction(frames: Path, tmp_path: Path) -> None:
@@ -228,6 +248,31 @@ def _broken_minari(good: Path, tmp_path: Path) -> dict[str, Path]:
         del f["episode_2"]
     cases["episode.present"] = p
     return cases
+
+
+@pytest.mark.parametrize("backend", ["hdf5", "arrow"])
+def test_minari_outputs_carry_episode_ids_and_steps_not_lerobot_bookkeeping(backend: str, tmp_path: Path) -> None:
+    """minari sums the episodes' ``total_steps`` for a filtered dataset (a KeyError when an export
+    left them out), and LeRobot's per-episode rows and stats have no place in a Minari file."""
+    pytest.importorskip("av")
+    from make_lerobot import make_lerobot
+    from minari.dataset.minari_dataset import MinariDataset
+
+    src = make_lerobot(str(tmp_path / "lr"), version="v3.0", episodes=3, frames=5, size=16,
+                       cameras={"observation.images.front": "h264"}, chunks_size=2, episodes_per_file=2)
+    out = tmp_path / "m"
+    shardstore.convert(src, out, to="minari", backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = MinariDataset(str(out / "data"))
+        subset = ds.filter_episodes(lambda ep: ep.id != 1)
+        assert subset.total_steps == ds.total_steps - len(ds[1].actions)
+        metadata = list(ds.storage.get_episode_metadata(range(3)))
+    assert [m["id"] for m in metadata] == [0, 1, 2]
+    assert sum(m["total_steps"] for m in metadata) == ds.total_steps
+    assert not {k for m in metadata for k in m} & {"source_row", "stats", "image_paths", "length"}
+    dropped = json.loads(Path(f"{out}.report.json").read_text())["conversion"]["dropped"]
+    assert any("source_row" in d["source"] for d in dropped)
 
 
 def test_check_minari_agrees_with_minari(minari_src: Path, rlds: Path, tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 FORMATS = ("minari-hdf5", "minari-arrow", "lerobot-v2.1", "lerobot-v3.0", "rlds", "episode-wds")
 TO = {"minari-hdf5": ("minari", {"backend": "hdf5"}), "minari-arrow": ("minari", {"backend": "arrow"}),
       "lerobot-v2.1": ("lerobot", {"version": "2.1", "fps": 10}), "lerobot-v3.0": ("lerobot", {"version": "3.0", "fps": 10}),
-      "rlds": ("rlds", {}), "episode-wds": ("episode-wds", {"allow_pickle": True})}
+      "rlds": ("rlds", {}), "episode-wds": ("episode-wds", {})}
 CAMERA = "observation.images.front"
 
 TFDS_WRITE = """
@@ -227,6 +227,17 @@ def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int) -> f
 
 
 # ----- shardstore ------------------------------------------------------------------------------------
+def decisions(fmt: str, tgt: str) -> dict[str, object]:
+    """What a user decides for the pair (the flags the error names): pickled steps, a task for
+    episodes that name none, the observation after the last action (kept, as the floor's sources have it)."""
+    out: dict[str, object] = {"allow_pickle": True} if fmt == "episode-wds" else {}
+    if tgt.startswith("lerobot") and not fmt.startswith("lerobot"):
+        out["task"] = "bench"
+        if fmt.startswith("minari") or fmt == "episode-wds":
+            out["final_observation"] = "keep"
+    return out
+
+
 def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[float | None, str]:
     import shardstore
 
@@ -235,8 +246,7 @@ def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[float | Non
     if to == "rlds":
         out = out / "1.0.0"
     shutil.rmtree(out.parent if to == "rlds" else out, ignore_errors=True)
-    if fmt == "episode-wds":
-        options = {**options, "allow_pickle": True}
+    options = {**options, **decisions(fmt, tgt)}
     t0 = time.perf_counter()
     try:
         shardstore.convert(src, out, to=to, **options)

@@ -38,7 +38,7 @@ from ...errors import LeRobotFormatError
 from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
-from .conventions import FORMAT, to_lerobot
+from .conventions import FORMAT, describe_write, to_lerobot
 from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
 from .write import WriteOptions, WriteReport, write_lerobot
 
@@ -433,7 +433,11 @@ def export_lerobot(
     stream = view.stream()
     mapping = mapping if mapping is not None else ConversionReport(stream.schema.source_format or "episodes", FORMAT)
     stream = to_lerobot(stream, mapping, allow_pickle=allow_pickle)
-    return write_lerobot(stream, out, version=version, progress=progress, force=force, options=options)
+    written = write_lerobot(stream, out, version=version, progress=progress, force=force, options=options)
+    describe_write(stream.schema, written, mapping)
+    if mapping.source_format != FORMAT:
+        mapping.write(written.out)
+    return written
 
 
 def delta_window(view: Any, e: int, t: int, delta_timestamps: Mapping[str, list[float]]) -> dict[str, Any]:

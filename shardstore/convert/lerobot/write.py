@@ -114,6 +114,8 @@ class WriteReport:
     copied_videos: int = 0
     remuxed_videos: int = 0
     reencoded: list[str] = field(default_factory=list)
+    #: per image field encoded as video here: the lowest PSNR of an episode's frames, decoded, in dB
+    psnr_db: dict[str, float] = field(default_factory=dict)
     metadata: str = "rewritten"  # or "source" (the source's files byte for byte)
 
 
@@ -392,9 +394,13 @@ class _Writer:
                     with opener() as f:
                         self.probes[name] = probe(f, name)
             return Clip(opener, name, frames[0], n, packets), self.probes[name]
-        # frames decoded into the steps (import --frames): encode them into a file of their own
-        data = _encode_frames(values, self._codec(key), self.fps, where)
+        # frames decoded into the steps (import --frames) or images: encode them into a file of their own
+        pics = [_picture(v) for v in values]
+        data = _encode_frames(pics, self._codec(key), self.fps, where)
         info = probe(io.BytesIO(data), where)
+        db = _psnr_of(data, pics)
+        if db is not None:
+            self.report.psnr_db[key] = min(db, self.report.psnr_db.get(key, db))
         self.encoded.add(where)
         return Clip(lambda: io.BytesIO(data), where, 0, n), info
 
@@ -811,11 +817,10 @@ def _png(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
-    """Frames (uint8 arrays, or PNG/JPEG bytes) encoded into an mp4 with ``codec``."""
+def _encode_frames(pics: Sequence[np.ndarray], codec: str, fps: float, where: str) -> bytes:
+    """Frames (uint8 ``(H, W, 3)`` arrays) encoded into an mp4 with ``codec``."""
     av = import_av()
 
-    pics = [_picture(v) for v in values]
     if not pics:
         raise LeRobotFormatError("no frames to encode", member=where, noun="")
     rate = Fraction(fps).limit_denominator(1001)
@@ -833,6 +838,21 @@ def _encode_frames(values: Any, codec: str, fps: float, where: str) -> bytes:
         for p in s.encode():
             c.mux(p)
     return buf.getvalue()
+
+
+def _psnr_of(data: bytes, pics: Sequence[np.ndarray]) -> float | None:
+    """PSNR in dB of the mp4 ``data`` decoded against the frames it was encoded from (None where
+    every frame came back exact): what the conversion report gives for a lossy encode."""
+    av = import_av()
+
+    se, size = 0.0, 0
+    with av.open(io.BytesIO(data)) as c:
+        for pic, frame in zip(pics, c.decode(video=0), strict=False):
+            se += float(np.sum((frame.to_ndarray(format="rgb24").astype(np.int32) - pic) ** 2))
+            size += pic.size
+    if size < sum(p.size for p in pics):
+        raise LeRobotFormatError(f"the encoded video gives back {size // pics[0].size} of {len(pics)} frames")
+    return None if se == 0 else round(float(10 * np.log10(255.0**2 * size / se)), 2)
 
 
 def _value_fields(schema: Schema) -> list[str]:

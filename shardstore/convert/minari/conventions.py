@@ -11,7 +11,9 @@ layout is mapped by the fields' roles (``episodes.conventions.role``):
   ``next_X``'s last row where ``X``/``next_X`` pairs exist (nothing dropped);
 - actions -> ``actions/...``; the first reward field -> ``rewards`` (zeros when there is none);
 - ``terminations``/``truncations`` from the episode's end (``Episode.terminal``);
-- the step's task text (``language_instruction``) -> the episode attribute ``tasks``;
+- the step's task text (``language_instruction``) -> the episode attribute ``tasks``; each episode's
+  ``id`` and ``total_steps`` attributes as minari's writer sets them; LeRobot's per-episode
+  bookkeeping (``conventions.EPISODE_BOOKKEEPING``: file locations, stats of its columns) dropped;
 - LeRobot's bookkeeping columns and the other formats' flags are dropped (derived again by any
   writer that needs them); any other field -> ``infos/...`` (with the final row);
 - videos decoded into uint8 frames, PNG/JPEG images into uint8 arrays (stored raw,
@@ -110,6 +112,10 @@ def _placed(stream: EpisodeStream, report: ConversionReport, roles: Mapping[str,
              FieldSpec("truncations", "array", "|b1", (), ("truncations",)))
     report.derive("terminations", "true at the last step of an episode that ended terminally")
     report.derive("truncations", "true at the last step of an episode that was cut")
+    report.derive("episode attributes id, total_steps", "the episode's number and steps, as minari writes them")
+    if schema.source_format == "lerobot":
+        report.drop(f"episode metadata {', '.join(conv.EPISODE_BOOKKEEPING)}",
+                    "LeRobot bookkeeping of its own files and columns (a LeRobot writer derives it again)")
     if not rewards:
         fields.append(FieldSpec("rewards", "array", "<f8", (), ("rewards",)))
     fields += flags
@@ -126,7 +132,8 @@ def _placed(stream: EpisodeStream, report: ConversionReport, roles: Mapping[str,
         last = np.arange(n) == n - 1
         steps["terminations"] = last & ep.terminal
         steps["truncations"] = last & (not ep.terminal)
-        metadata = dict(ep.metadata)
+        metadata = {k: v for k, v in ep.metadata.items() if k not in conv.EPISODE_BOOKKEEPING}
+        metadata.update(id=ep.index, total_steps=n)  # as minari's writer: its loader sums total_steps of a subset
         found = episode_tasks(schema, ep)
         if found:
             metadata[TASKS] = found
