@@ -275,6 +275,25 @@ def test_minari_outputs_carry_episode_ids_and_steps_not_lerobot_bookkeeping(back
     assert any("source_row" in d["source"] for d in dropped)
 
 
+def test_a_minari_output_under_minaris_root_is_listed_by_its_id(rlds: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """minari.list_local_datasets skips (with a warning) a dataset whose metadata id is not its
+    folder under the root: an export there takes that id."""
+    import minari
+
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "root"))
+    shardstore.convert(rlds, tmp_path / "root" / "conv" / "robo-v0", to="minari")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert list(minari.list_local_datasets()) == ["conv/robo-v0"]
+        loaded = minari.load_dataset("conv/robo-v0")
+    from shardstore.convert.rlds import read_rlds
+
+    lengths = [len(ep.steps["action"]) for ep in read_rlds(str(rlds)).episodes]
+    assert loaded.total_episodes == sum(n > 1 for n in lengths)  # an episode of one step is only a final observation
+    assert loaded.total_steps == sum(n - 1 for n in lengths if n > 1)
+
+
 def test_check_minari_agrees_with_minari(minari_src: Path, rlds: Path, tmp_path: Path) -> None:
     from shardstore.convert.minari.check import check_minari
 

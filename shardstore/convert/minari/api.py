@@ -118,6 +118,13 @@ def datasets_root() -> Path:
     return Path(env) if env else Path.home() / ".minari" / "datasets"
 
 
+def _dataset_id(out: str) -> str:
+    """The id of a dataset written at ``out``: its path under Minari's root (``namespace/name-vN``,
+    which ``minari.list_local_datasets`` checks against the folder), else its folder's name."""
+    path, root = Path(os.path.abspath(out)), Path(os.path.abspath(datasets_root()))
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) and path != root else path.name
+
+
 def locate(src: str | os.PathLike[str]) -> tuple[Path | None, Path]:
     """``(dataset folder or None, data folder)`` of ``src``: a dataset folder, its ``data``
     folder, a ``main_data.hdf5`` file, or a dataset id under ``datasets_root()``."""
@@ -419,7 +426,7 @@ def write_minari(
             for episode in counted(stream.episodes):
                 meta = _unflatten(episode.metadata)
                 minari_arrow.write_episode(data / str(episode.index), backend, schema, episode, space_map, meta)
-        name = os.path.basename(staged.out)
+        name = _dataset_id(staged.out)
         if version == "0.5":
             (data / METADATA_JSON).write_bytes(
                 _metadata_json(stream, backend, counts[0], counts[1], space_map, name)
