@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds lerobot test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot
+.PHONY: help venv energon6 tfds lerobot doctor test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -76,6 +76,15 @@ $(LEROBOT03)/.installed: tests/compat/lerobot03-requirements.txt
 
 lerobot: $(LEROBOT)/.installed $(LEROBOT03)/.installed
 
+# lerobot-doctor (PyPI) in a venv of its own, for the slow test that holds `check --deep` against it.
+DOCTOR ?= .venv-doctor
+$(DOCTOR)/.installed:
+	$(PYTHON) -m venv $(DOCTOR)
+	$(DOCTOR)/bin/python -m pip install -q lerobot-doctor==0.2.0
+	touch $@
+
+doctor: $(DOCTOR)/.installed
+
 # System packages the tests need: FUSE 3 (for mount) and Ceph's monitor, OSD and radosgw (the
 # `rgw` S3 test server of tools/s3server.py, ~30 s to install). One apt-get for whatever is missing.
 RGW_PACKAGES := ceph-mon ceph-osd radosgw
@@ -100,7 +109,7 @@ PYTEST_CI := $(PY) -m pytest -q -p no:cacheprovider --reruns 1 --only-rerun 'Tim
 test: test-deps
 	$(PYTEST_CI) -m "not slow" tests
 
-test-all: test-deps
+test-all: test-deps doctor
 	$(PYTEST_CI) tests
 
 test-fast: venv
