@@ -64,7 +64,7 @@ def frame_times(open_file: Callable[[], IO[bytes]], name: str, size: int) -> Fra
                 s = c.streams.video[0]
                 tb = Fraction(s.time_base) if s.time_base else Fraction(1, 1)
                 if table is not None and tb == Fraction(1, table.timescale):
-                    rows = np.stack([table.pts, table.offsets, table.sizes, table.corrupt, table.keys], 1)
+                    rows = np.stack([table.pts, table.offsets, table.sizes, np.zeros_like(table.pts), table.keys], 1)
                     rows = rows[table.sizes > 0]
                 else:
                     rows = np.array(  # pts, byte offset (-1: unknown), size, corrupt flag, keyframe flag

@@ -9,11 +9,12 @@ them is one read of the ``moov`` (found by walking the top-level box headers) an
 operations, where a demux creates one packet object per frame.
 
 ``sample_table`` gives the packets as FFmpeg's mov demuxer gives them, including where it stops on
-a file cut short (the first packet starting at or past the end; the one the end cuts is read short
-and flagged corrupt), and gives ``None`` for anything it does not read exactly like that demuxer:
-not an mp4, no complete ``moov``, a fragmented file, more than one track, an edit list other than
-one shift to the first frame, negative presentation offsets, a constant-size ``stsz``, sync sample
-groups (HEVC's open GOPs), several sample descriptions. The caller then demuxes. Every count in the
+a file cut short (at the first packet starting at or past the end), and gives ``None`` for anything
+it does not read exactly like that demuxer: not an mp4, no complete ``moov``, a fragmented file,
+more than one track, an edit list other than one shift to the first frame, negative presentation
+offsets, a constant-size ``stsz``, sync sample groups (HEVC's open GOPs), several sample
+descriptions, a packet the file's end cuts (the demuxer reads it short, flags it corrupt and lets
+the codec's parser decide whether it is a keyframe). The caller then demuxes. Every count in the
 tables is checked against its box's size before anything is allocated; a table that contradicts
 another raises ``DecodeError`` naming the file and the box's offset.
 """
@@ -44,9 +45,8 @@ class SampleTable:
     timescale: int  # the track's time base is 1/timescale
     pts: np.ndarray  # presentation time, edit list applied
     offsets: np.ndarray  # byte offset in the file
-    sizes: np.ndarray  # bytes the demuxer reads (short for the packet the file's end cuts)
-    corrupt: np.ndarray  # bool: read short
-    keys: np.ndarray  # bool: a sync sample read whole
+    sizes: np.ndarray
+    keys: np.ndarray  # bool: a sync sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,15 +184,14 @@ def sample_table(f: IO[bytes], size: int, name: str) -> SampleTable | None:
     if keys is None:
         return None
     offsets = _offsets(m, stbl, sizes)
-    # The demuxer stops at the first packet starting at or past the file's end; the one the end
-    # cuts is read short, flagged corrupt and not a keyframe.
+    # The demuxer stops at the first packet starting at or past the file's end. One the end cuts
+    # is read short and its keyframe flag is then the codec parser's guess: left to the demuxer.
     past = np.flatnonzero(offsets >= size)
     stop = int(past[0]) if len(past) else n
-    read = np.minimum(sizes[:stop], size - offsets[:stop])
-    return SampleTable(
-        timescale=timescale, pts=pts[:stop] - shift, offsets=offsets[:stop], sizes=read,
-        corrupt=read < sizes[:stop], keys=keys[:stop] & (read == sizes[:stop]),
-    )
+    if (offsets[:stop] + sizes[:stop] > size).any():
+        return None
+    return SampleTable(timescale=timescale, pts=pts[:stop] - shift, offsets=offsets[:stop], sizes=sizes[:stop],
+                       keys=keys[:stop])
 
 
 def _timescale(m: _Moov, mdhd: _Box) -> int:
