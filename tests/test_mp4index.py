@@ -26,7 +26,6 @@ from shardstore.episodes import frametimes  # noqa: E402
 from shardstore.episodes.frametimes import FrameTimes, frame_times  # noqa: E402
 from shardstore.episodes.mp4index import sample_table  # noqa: E402
 from shardstore.episodes.video import scheduling_kept  # noqa: E402
-from shardstore.errors import DecodeError  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FRAMES = 40

@@ -80,16 +80,24 @@ class _Moov:
             elif size == 0:
                 size = parent.end - pos
             if size < head or pos + size > parent.end:
-                raise self.fail(f"box {kind!r} of {size} bytes does not fit its parent", _Box(kind, pos, pos))
+                raise self.fail(f"box {kind.decode('latin-1')!r} of {size} bytes does not fit its parent", _Box(kind, pos, pos))
             out.append(_Box(kind, pos + head, pos + size))
             pos += size
         return out
 
-    def child(self, parent: _Box, kind: bytes, required: bool = True) -> _Box | None:
+    def optional(self, parent: _Box, kind: bytes) -> _Box | None:
+        """The ``kind`` box of ``parent``: at most one."""
         found = [b for b in self.children(parent) if b.kind == kind]
-        if len(found) > 1 or (required and not found):
+        if len(found) > 1:
             raise self.fail(f"{len(found)} {kind.decode('latin-1')} boxes in {parent.kind.decode('latin-1')}", parent)
         return found[0] if found else None
+
+    def child(self, parent: _Box, kind: bytes) -> _Box:
+        """The ``kind`` box of ``parent``: exactly one."""
+        found = self.optional(parent, kind)
+        if found is None:
+            raise self.fail(f"no {kind.decode('latin-1')} box in {parent.kind.decode('latin-1')}", parent)
+        return found
 
     def table(self, box: _Box, head: int, fields: str, fields_v1: str = "") -> np.ndarray:
         """A full box's table of ``fields`` (numpy dtype strings, one per column; ``fields_v1``
@@ -149,38 +157,33 @@ def sample_table(f: IO[bytes], size: int, name: str) -> SampleTable | None:
         return None
     trak = traks[0]
     mdia = m.child(trak, b"mdia")
-    assert mdia is not None
     hdlr, mdhd, minf = (m.child(mdia, k) for k in (b"hdlr", b"mdhd", b"minf"))
-    assert hdlr is not None and mdhd is not None and minf is not None
-    if data[hdlr.start + 8:hdlr.start + 12] != b"vide":
+    if hdlr.end - hdlr.start < 12 or data[hdlr.start + 8:hdlr.start + 12] != b"vide":
         return None
     timescale = _timescale(m, mdhd)
     stbl = m.child(minf, b"stbl")
-    assert stbl is not None
     boxes = m.children(stbl)
     if any(b.kind in _UNSUPPORTED for b in boxes):
         return None
     stsd = m.child(stbl, b"stsd")
-    assert stsd is not None
     if stsd.end - stsd.start < 8 or struct.unpack_from(">I", data, stsd.start + 4)[0] != 1:
         return None
     stsz = m.child(stbl, b"stsz")
-    assert stsz is not None
     if stsz.end - stsz.start < 12 or struct.unpack_from(">I", data, stsz.start + 4)[0] != 0:
         return None  # one size for every sample: no table bounds the count
     sizes = m.table(stsz, 4, ">u4")["f0"].astype(np.int64)
     n = len(sizes)
     dts = _expand(m, m.child(stbl, b"stts"), ">u4 >u4", n, "stts")
-    assert dts is not None
     dts = np.concatenate(([0], np.cumsum(dts[:-1], dtype=np.int64))) if n else dts
-    ctts = _expand(m, m.child(stbl, b"ctts", required=False), ">u4 >i4", n, "ctts")
+    ctts_box = m.optional(stbl, b"ctts")
+    ctts = None if ctts_box is None else _expand(m, ctts_box, ">u4 >i4", n, "ctts")
     if ctts is not None and (ctts < 0).any():
         return None  # negative offsets: the demuxer shifts decode times its own way
     pts = dts if ctts is None else dts + ctts
     shift = _edit_shift(m, trak, tops, timescale, pts)
     if shift is None:
         return None
-    keys = _keys(m, m.child(stbl, b"stss", required=False), n)
+    keys = _keys(m, m.optional(stbl, b"stss"), n)
     if keys is None:
         return None
     offsets = _offsets(m, stbl, sizes)
@@ -205,11 +208,9 @@ def _timescale(m: _Moov, mdhd: _Box) -> int:
     return int(scale)
 
 
-def _expand(m: _Moov, box: _Box | None, fields: str, n: int, what: str) -> np.ndarray | None:
+def _expand(m: _Moov, box: _Box, fields: str, n: int, what: str) -> np.ndarray:
     """A run-length table (count, value) as one int64 value per sample; its counts must sum to
     the ``n`` samples of ``stsz`` (checked before anything that long is made)."""
-    if box is None:
-        return None
     rows = m.table(box, 0, fields)
     counts = rows["f0"].astype(np.int64)
     if int(counts.sum()) != n:
@@ -220,11 +221,10 @@ def _expand(m: _Moov, box: _Box | None, fields: str, n: int, what: str) -> np.nd
 def _edit_shift(m: _Moov, trak: _Box, tops: list[_Box], timescale: int, pts: np.ndarray) -> int | None:
     """What the edit list takes from every time: none, or one edit starting at the first frame
     and covering every frame (what a muxer writes for B-frames); ``None`` for any other."""
-    edts = m.child(trak, b"edts", required=False)
+    edts = m.optional(trak, b"edts")
     if edts is None:
         return 0
     elst = m.child(edts, b"elst")
-    assert elst is not None
     rows = m.table(elst, 0, ">u4 >i4 >i2 >i2", ">u8 >i8 >i2 >i2")
     if len(rows) != 1 or int(rows["f2"][0]) != 1 or int(rows["f3"][0]) != 0 or not len(pts):
         return None
@@ -236,7 +236,7 @@ def _edit_shift(m: _Moov, trak: _Box, tops: list[_Box], timescale: int, pts: np.
         return None
     movie_scale = _timescale(m, mvhd)
     span = int(rows["f0"][0]) * timescale / movie_scale  # the edit's length in the track's time base
-    return start if span == 0 or start + span >= int(pts.max()) + 1 else None
+    return start if start + span >= int(pts.max()) + 1 else None
 
 
 def _keys(m: _Moov, stss: _Box | None, n: int) -> np.ndarray | None:
@@ -257,8 +257,8 @@ def _keys(m: _Moov, stss: _Box | None, n: int) -> np.ndarray | None:
 def _offsets(m: _Moov, stbl: _Box, sizes: np.ndarray) -> np.ndarray:
     """Each sample's byte offset: its chunk's offset (``stco``/``co64``) plus the sizes of the
     samples before it in the chunk (``stsc``: samples per chunk, in runs of chunks)."""
-    stco = m.child(stbl, b"stco", required=False)
-    co64 = m.child(stbl, b"co64", required=False)
+    stco = m.optional(stbl, b"stco")
+    co64 = m.optional(stbl, b"co64")
     box = stco or co64
     if box is None or (stco and co64):
         raise m.fail("not one of stco and co64", stbl)
@@ -267,7 +267,6 @@ def _offsets(m: _Moov, stbl: _Box, sizes: np.ndarray) -> np.ndarray:
         raise m.fail("a chunk offset past any file", box)
     chunks = chunks.astype(np.int64)
     stsc = m.child(stbl, b"stsc")
-    assert stsc is not None
     runs = m.table(stsc, 0, ">u4 >u4 >u4")
     first = runs["f0"].astype(np.int64)
     per = runs["f1"].astype(np.int64)
