@@ -14,7 +14,8 @@ The structural pass (``check.py``) runs first; on top of it, for v2.1 and v3.0 a
 - ``finite``: no NaN or Inf in a float feature (the count and the first frame);
 - ``stats``: each episode's stats recomputed from its rows (``stats.py``: lerobot 0.6.1's formulas,
   its quantiles included) and ``meta/stats.json`` against their merge, within ``stats.TOLERANCE``;
-- ``video``: per video file, from its packets (``episodes.frametimes``, nothing decoded): codec,
+- ``video``: per video file, from its packets (``episodes.frametimes``, nothing decoded; a plain
+  mp4's from its sample tables, ``episodes.mp4index``, one read of its ``moov``): codec,
   size, pixel format and fps as ``info.json`` says; no packet past the file's end; per episode a
   frame within ``tolerance_s`` of ``from_timestamp + timestamp`` of each of its rows and no other
   frame in its range; ranges disjoint and inside the file; frames that no episode's range covers
