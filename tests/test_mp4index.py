@@ -1,7 +1,7 @@
 """An mp4's packets from its sample tables (``episodes.mp4index``) against PyAV's demux of the same file.
 
-Files are written with PyAV (H.264 with and without B-frames, AV1, the moov before or after the
-packets); ``frame_times`` is run twice, through the tables and with them turned off (the demux),
+Files are written with PyAV (H.264 with and without B-frames, AV1, HEVC, the moov before or after
+the packets); ``frame_times`` is run twice, through the tables and with them turned off (the demux),
 and every field of the two ``FrameTimes`` must agree, also for files cut short. Files the tables
 do not read exactly (Matroska, fragmented mp4) must fall back to the demux; hostile tables must
 give a one-line ``DecodeError`` under 1 GB of address space.
@@ -31,18 +31,26 @@ ROOT = Path(__file__).resolve().parents[1]
 FRAMES = 40
 
 
-def write(path: Path, codec: str, options: dict[str, str], container: dict[str, str] | None = None) -> Path:
+def write(
+    path: Path, codec: str, options: dict[str, str], container: dict[str, str] | None = None, audio: bool = False
+) -> Path:
     with scheduling_kept(), av.open(str(path), "w", options=container or {}) as c:
         s = c.add_stream(codec, rate=Fraction(10))
         s.width = s.height = 32
         s.pix_fmt = "yuv420p"
         s.options = options
+        a = c.add_stream("aac", rate=8000) if audio else None
         noise = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
         for i in range(FRAMES):  # a picture moving sideways: what x264 predicts with B-frames
             for p in s.encode(av.VideoFrame.from_ndarray(np.roll(noise, i, 1), format="rgb24")):
                 c.mux(p)
         for p in s.encode():
             c.mux(p)
+        if a is not None:  # a second track
+            tone = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            tone.sample_rate, tone.pts, tone.time_base = 8000, 0, Fraction(1, 8000)
+            for p in [*a.encode(tone), *a.encode()]:
+                c.mux(p)
     return path
 
 
@@ -77,6 +85,7 @@ KINDS = {
     "h264_faststart": ("libx264", {"g": "4"}, {"movflags": "faststart"}),
     "av1": ("libsvtav1", {"g": "2"}, {}),
     "av1_faststart": ("libsvtav1", {"g": "2"}, {"movflags": "faststart"}),
+    "hevc": ("libx265", {"g": "4"}, {}),  # a codec LeRobot's encoder offers too
 }
 
 
@@ -131,13 +140,15 @@ def test_a_file_cut_short_breaks_where_the_demux_does(
 
 
 def test_other_files_are_demuxed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Matroska and a fragmented mp4 are not read from tables; the result is the demux's."""
+    """Matroska, a fragmented mp4 and one with an audio track are not read from tables; the result
+    is the demux's."""
     mkv = write(tmp_path / "a.mkv", "libx264", {"g": "2"})
     frag = write(tmp_path / "frag.mp4", "libx264", {"g": "2"}, {"movflags": "frag_keyframe+empty_moov"})
-    for path in (mkv, frag):
+    sound = write(tmp_path / "sound.mp4", "libx264", {"g": "2"}, audio=True)
+    for path in (mkv, frag, sound):
         assert not tables(path, path.stat().st_size)
         ft = times(path)
-        assert ft.frames == FRAMES
+        assert ft.frames == FRAMES and ft.has_audio == (path == sound)
         assert_same(ft, demuxed(path, monkeypatch))
 
 
