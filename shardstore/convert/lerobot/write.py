@@ -821,7 +821,7 @@ def _encode_frames(pics: Sequence[np.ndarray], codec: str, fps: float, where: st
     """Frames (uint8 ``(H, W, 3)`` arrays) encoded into an mp4 with ``codec``."""
     av = import_av()
 
-    if not pics:
+    if len(pics) == 0:
         raise LeRobotFormatError("no frames to encode", member=where, noun="")
     rate = Fraction(fps).limit_denominator(1001)
     buf = io.BytesIO()
