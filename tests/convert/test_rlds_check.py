@@ -78,8 +78,25 @@ def test_image_shape_and_missing_flag(tmp_path: Path) -> None:
     shapes = [p for p in check_rlds(str(root)).problems if p["rule"] == "schema.shapes"]
     assert shapes and "step 0: image [6, 5, 3] where features.json says [7, 5, 3]" == shapes[0]["detail"]
     assert shapes[0]["field"] == "steps/observation/image" and shapes[0]["record"] == 0
+    # the header alone (a writer checking images it encoded itself) still sees the shape
+    headers = [p for p in check_rlds(str(root), decode_images=False).problems if p["rule"] == "schema.shapes"]
+    assert [p["detail"] for p in headers] == [p["detail"] for p in shapes]
     # an RLDS flag not declared at all (its values in the records are then undeclared too)
     (root / "features.json").write_text(features_json([s for s in specs if s.path != "steps/is_first"]))
     found = {(p["rule"], p["file"], p["field"], p["detail"]) for p in check_rlds(str(root)).problems}
     assert ("schema.required_keys", "features.json", "steps/is_first", "RLDS flag not declared") in found
     assert ("schema.required_keys", SHARD, "steps/is_first", "feature not in features.json") in found
+
+
+def test_a_body_that_does_not_decode_is_found_by_decoding_only(tmp_path: Path) -> None:
+    from rlds_source import encode_image
+
+    root = tmp_path / "robo" / "1.0.0"
+    write_rlds_source(root)
+    ep = make_episode(np.random.default_rng(5), 2, 0, terminal=True)
+    png = encode_image(np.random.default_rng(6).integers(0, 256, (6, 5, 3), dtype=np.uint8), "png")
+    ep["steps/observation/image"][1] = png[:-30]  # header intact, image data and end cut
+    (root / SHARD).write_bytes(framed(example_bytes(ep, STEP_SPECS + META_SPECS)) * 2)
+    decoded = [p for p in check_rlds(str(root)).problems if p["rule"] == "schema.shapes"]
+    assert decoded and "step 1: image does not decode" in decoded[0]["detail"]
+    assert not [p for p in check_rlds(str(root), decode_images=False).problems if p["rule"] == "schema.shapes"]

@@ -116,7 +116,10 @@ def check_rlds(
 ) -> RldsCheckReport:
     """Run the spec's rules on the RLDS folder ``folder`` (a TFDS version folder, local or any fsspec
     URL) and return the report. Raises only when the folder has no readable ``dataset_info.json``
-    or ``features.json`` (nothing to check against). ``progress``: a bar of shards on stderr."""
+    or ``features.json`` (nothing to check against). ``progress``: a bar of shards on stderr.
+    ``decode_images=False`` reads each image's header alone (format, mode, size: what the shape and
+    8-bit rules need) and not its pixels: for a writer checking images it has just encoded itself,
+    where decoding them again would test the encoder, not the data (and cost a tenth of the export)."""
     storage = open_storage(folder, storage_options)
     info = read_rlds_info(storage.read(DATASET_INFO_JSON), storage.read(FEATURES_JSON), folder)
     report = RldsCheckReport(folder)
@@ -200,17 +203,20 @@ def _check_values(
                     "content.state_action_finite" if leaf.path[-1] in ("state", "action") else "schema.finite"
                 )
                 report.add(rule, f"{bad} NaN/Inf values", name, record, leaf.key)
-        elif leaf.kind == "image" and decode_images and value:
-            _check_images(value, leaf, name, record, report)
+        elif leaf.kind == "image" and value:
+            _check_images(value, leaf, name, record, report, decode_images)
 
 
-def _check_images(images: list[bytes], leaf: Leaf, name: str, record: int, report: RldsCheckReport) -> None:
+def _check_images(
+    images: list[bytes], leaf: Leaf, name: str, record: int, report: RldsCheckReport, decode: bool
+) -> None:
     from PIL import Image
 
     for t, data in enumerate(images):
         try:
-            im = Image.open(io.BytesIO(data))
-            im.load()
+            im = Image.open(io.BytesIO(data))  # the header: format, mode, size
+            if decode:
+                im.load()
         except Exception as e:  # noqa: BLE001 - any decoder failure is a finding about the data
             report.add("schema.shapes", f"step {t}: image does not decode ({e})", name, record, leaf.key)
             return
