@@ -7,7 +7,9 @@ layout by pyarrow + PyAV (tools/make_lerobot.py, an H.264 camera), TFDS's ``stor
 (in .venv-tfds), webdataset's ``TarWriter`` (the episode-frame layout).
 
 The floor of a pair A -> B is the read of A by A's library plus the write of B by B's, each timed
-alone on the same number of steps and shapes: minari ``iterate_episodes`` / ``create_dataset_from_buffers``;
+alone on the same number of steps and shapes, and on the same pictures where the encode's cost
+depends on them (``pictures``: a LeRobot source's frames as decoded from its H.264 files, whose PNG
+encode takes TFDS 2.6x its encode of noise at 64 px; noise for the other sources): minari ``iterate_episodes`` / ``create_dataset_from_buffers``;
 pyarrow + PyAV decoding every frame / LeRobot's ``LeRobotDataset`` recorder (in .venv-lerobot,
 v3.0); TFDS ``as_dataset`` iterated / ``store_as_tfds_dataset`` (in .venv-tfds); tarfile + pickle
 / ``TarWriter`` of pickles. A figure whose library or venv is missing is left out and said so.
@@ -48,6 +50,7 @@ CAMERA = "observation.images.front"
 TFDS_WRITE = """
 import sys, time, numpy as np, tensorflow as tf, tensorflow_datasets as tfds
 out, episodes, steps, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+pics = np.load(sys.argv[5]) if len(sys.argv) > 5 else None
 f = tfds.features
 feats = f.FeaturesDict({"steps": f.Dataset({
     "observation": f.FeaturesDict({"image": f.Image(shape=(size, size, 3), encoding_format="png"),
@@ -55,7 +58,8 @@ feats = f.FeaturesDict({"steps": f.Dataset({
     "action": f.Tensor(shape=(4,), dtype=np.float32), "reward": f.Scalar(dtype=np.float32),
     "is_first": f.Scalar(dtype=np.bool_), "is_last": f.Scalar(dtype=np.bool_), "is_terminal": f.Scalar(dtype=np.bool_)})})
 rng = np.random.default_rng(0)
-data = [(e, {"steps": [{"observation": {"image": rng.integers(0, 255, (size, size, 3), dtype=np.uint8),
+data = [(e, {"steps": [{"observation": {"image": rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+                                                 if pics is None else pics[e * steps + i],
                                         "vector": rng.standard_normal(8).astype(np.float32)},
                         "action": rng.standard_normal(4).astype(np.float32), "reward": np.float32(0),
                         "is_first": i == 0, "is_last": i == steps - 1, "is_terminal": i == steps - 1}
@@ -81,14 +85,16 @@ LEROBOT_WRITE = """
 import sys, time, numpy as np
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 out, episodes, steps, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+pics = np.load(sys.argv[5]) if len(sys.argv) > 5 else None
 feats = {"observation.images.front": {"dtype": "video", "shape": [size, size, 3], "names": ["height", "width", "channels"]},
          "observation.state": {"dtype": "float32", "shape": [8], "names": None},
          "action": {"dtype": "float32", "shape": [4], "names": None}}
 rng = np.random.default_rng(0)
-frames = [[{"observation.images.front": rng.integers(0, 255, (size, size, 3), dtype=np.uint8),
+frames = [[{"observation.images.front": rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+                                        if pics is None else pics[e * steps + i],
             "observation.state": rng.standard_normal(8).astype(np.float32),
-            "action": rng.standard_normal(4).astype(np.float32), "task": "bench"} for _ in range(steps)]
-          for _ in range(episodes)]
+            "action": rng.standard_normal(4).astype(np.float32), "task": "bench"} for i in range(steps)]
+          for e in range(episodes)]
 t0 = time.perf_counter()
 ds = LeRobotDataset.create("bench/convert", 10, feats, root=out, use_videos=True)
 for ep in frames:
@@ -185,7 +191,27 @@ def read_floor(fmt: str, path: Path) -> float | None:
     return time.perf_counter() - t0
 
 
-def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int) -> float | None:
+def pictures(src: str, path: Path, work: Path) -> tuple[str, Path | None]:
+    """The camera pictures of source ``src`` (at ``path``) for the floors that encode images (TFDS's
+    PNG, LeRobot's AV1), whose cost depends on the picture: a LeRobot source's frames as its read floor
+    decodes them (PyAV), saved as .npy for the peer; the other sources hold noise, which the peers draw
+    themselves. Minari and the episode-frame layout store raw bytes, the same cost for any picture."""
+    if not src.startswith("lerobot"):
+        return "noise", None
+    import av
+
+    out = work / "floor" / f"pictures-{src}.npy"
+    if not out.exists():
+        frames = []
+        for p in sorted((path / "videos").rglob("*.mp4")):
+            with av.open(str(p)) as c:
+                frames += [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.save(out, np.stack(frames))
+    return src, out
+
+
+def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int, pics: Path | None = None) -> float | None:
     out = work / "floor" / fmt
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -212,10 +238,10 @@ def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int) -> f
         return time.perf_counter() - t0
     if fmt == "lerobot-v3.0":
         py = venv_python(".venv-lerobot")
-        return None if py is None else run_peer(py, LEROBOT_WRITE, out, episodes, steps, size)[0]
+        return None if py is None else run_peer(py, LEROBOT_WRITE, out, episodes, steps, size, *([pics] if pics else []))[0]
     if fmt == "rlds":
         py = venv_python(".venv-tfds")
-        return None if py is None else run_peer(py, TFDS_WRITE, out, episodes, steps, size)[0]
+        return None if py is None else run_peer(py, TFDS_WRITE, out, episodes, steps, size, *([pics] if pics else []))[0]
     if fmt == "episode-wds":
         from make_episode_wds import rollouts, write_shard
 
@@ -274,13 +300,14 @@ def main() -> None:
     sources = {f: p for f, p in make_sources(work, args.episodes, args.steps, args.size, chosen).items() if f in chosen}
     missing = [f for f in chosen if f not in sources]
     reads = {f: read_floor(f, sources[f]) for f in sources}
-    writes: dict[str, float | None] = {}
-    for f in chosen:
-        try:
-            writes[f] = write_floor(f, work, args.episodes, args.steps, args.size)
-        except RuntimeError as e:  # a peer that fails here is said, and its pairs have no floor
-            print(f"write floor of {f}: {e}")
-            writes[f] = None
+    writes: dict[str, float | None] = {}  # per "target (pictures)"
+    for kind, pics in sorted({pictures(f, p, work) for f, p in sources.items()}, key=str):
+        for f in chosen:
+            try:
+                writes[f"{f} ({kind})"] = write_floor(f, work, args.episodes, args.steps, args.size, pics)
+            except RuntimeError as e:  # a peer that fails here is said, and its pairs have no floor
+                print(f"write floor of {f} ({kind} pictures): {e}")
+                writes[f"{f} ({kind})"] = None
     rows = []
     print(f"{args.episodes} episodes x {args.steps} steps, {args.size}x{args.size} images; steps/s (floor: the "
           f"formats' own read + write)")
@@ -290,7 +317,8 @@ def main() -> None:
             if tgt == fmt:
                 continue
             seconds, error = convert_time(sources[fmt], fmt, tgt, work)
-            read, write = reads.get(fmt), writes.get(tgt)
+            read = reads.get(fmt)
+            write = writes.get(f"{tgt} ({pictures(fmt, sources[fmt], work)[0]})")
             floor = read + write if read is not None and write is not None else None
             row = {"source": fmt, "target": tgt, "steps": steps, "seconds": seconds, "floor_seconds": floor,
                    "steps_per_s": steps / seconds if seconds else None,
