@@ -560,6 +560,7 @@ class _ShardWriter:
             fileobj = self._zstd
         self._tar = tarfile.open(fileobj=fileobj, mode="w|", format=tarfile.PAX_FORMAT)
         self._frame = 0
+        self._parts: set[str] = set()  # part names checked (each once: they repeat every step)
         self._add(META_MEMBER, metadata)
 
     def _add(self, name: str, data: bytes) -> None:
@@ -580,7 +581,9 @@ class _ShardWriter:
                 raise PathEscapeError("a step key holds no dot (the part starts at the first one): refused",
                                       path=f"episode {episode.index}", member=repr(key))
             for part, data in _step_parts(schema, episode, t, n):
-                self._add(f"{key}.{safe_name(part, SCHEMA_WHERE, 'part name')}", data)
+                if part not in self._parts:
+                    self._parts.add(safe_name(part, SCHEMA_WHERE, "part name"))
+                self._add(f"{key}.{part}", data)
 
     def close(self) -> None:
         self._tar.close()
