@@ -14,10 +14,13 @@ pyarrow + PyAV decoding every frame / LeRobot's ``LeRobotDataset`` recorder (in 
 v3.0); TFDS ``as_dataset`` iterated / ``store_as_tfds_dataset`` (in .venv-tfds); tarfile + pickle
 / ``TarWriter`` of pickles. A figure whose library or venv is missing is left out and said so.
 shardstore's figure is ``shardstore.convert(src, out, to=...)`` end to end (import into a
-temporary dataset, export), the ratio its time over the floor's (target: within 1.5x).
+temporary dataset, export), the ratio its time over the floor's (target: within 1.5x), in wall time and in CPU time (user +
+system of this process, its threads and children; a peer's own clock: steadier than wall time on a
+shared machine).
 
 Example (quick): .venv/bin/python tools/bench/convert.py --episodes 20 --steps 20 --work /tmp/bench-convert
 Without the venvs: .venv/bin/python tools/bench/convert.py --formats minari-hdf5,minari-arrow,episode-wds
+One pair (its two formats' floors alone): .venv/bin/python tools/bench/convert.py --pairs lerobot-v2.1:rlds
 Full: .venv/bin/python tools/bench/convert.py --episodes 200 --steps 50 --json docs/bench/convert.json
 """
 
@@ -27,6 +30,7 @@ import argparse
 import json
 import os
 import pickle
+import resource
 import shutil
 import subprocess
 import sys
@@ -64,21 +68,21 @@ data = [(e, {"steps": [{"observation": {"image": rng.integers(0, 255, (size, siz
                         "action": rng.standard_normal(4).astype(np.float32), "reward": np.float32(0),
                         "is_first": i == 0, "is_last": i == steps - 1, "is_terminal": i == steps - 1}
                        for i in range(steps)]}) for e in range(episodes)]
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 tfds.dataset_builders.store_as_tfds_dataset(name="bench", version="1.0.0", features=feats, data_dir=out,
     split_datasets={"train": data}, disable_shuffling=True)
-print("TIME", time.perf_counter() - t0)
+print("TIME", time.perf_counter() - t0, time.process_time() - c0)
 """
 
 TFDS_READ = """
 import sys, time, tensorflow as tf, tensorflow_datasets as tfds
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 b = tfds.builder_from_directory(sys.argv[1])
 n = 0
 for ep in tfds.as_numpy(b.as_dataset(split="train")):
     for step in ep["steps"]:
         n += 1
-print("TIME", time.perf_counter() - t0, n)
+print("TIME", time.perf_counter() - t0, time.process_time() - c0, n)
 """  # TensorFlow is imported before the clock starts: the floor is TFDS's work, not its start-up
 
 LEROBOT_WRITE = """
@@ -95,15 +99,28 @@ frames = [[{"observation.images.front": rng.integers(0, 255, (size, size, 3), dt
             "observation.state": rng.standard_normal(8).astype(np.float32),
             "action": rng.standard_normal(4).astype(np.float32), "task": "bench"} for i in range(steps)]
           for e in range(episodes)]
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 ds = LeRobotDataset.create("bench/convert", 10, feats, root=out, use_videos=True)
 for ep in frames:
     for fr in ep:
         ds.add_frame(fr)
     ds.save_episode()
 ds.finalize()
-print("TIME", time.perf_counter() - t0)
+print("TIME", time.perf_counter() - t0, time.process_time() - c0)
 """
+
+
+Times = tuple[float, float]  # wall seconds, CPU seconds (user + system, threads and children included)
+
+
+def start() -> Times:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter(), own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def since(t0: Times) -> Times:
+    now = start()
+    return now[0] - t0[0], now[1] - t0[1]
 
 
 def venv_python(name: str) -> Path | None:
@@ -118,6 +135,7 @@ def clean_env() -> dict[str, str]:
 
 
 def run_peer(python: Path, code: str, *args: object) -> list[float]:
+    """The numbers of the peer's ``TIME`` line: its own clock (wall, CPU), its start-up left out."""
     res = subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True, text=True, timeout=3600,
                          env=clean_env())
     if res.returncode != 0:
@@ -160,8 +178,8 @@ def make_sources(work: Path, episodes: int, steps: int, size: int, chosen: list[
 
 
 # ----- the floor: each format's own library --------------------------------------------------------
-def read_floor(fmt: str, path: Path) -> float | None:
-    t0 = time.perf_counter()
+def read_floor(fmt: str, path: Path) -> Times | None:
+    t0 = start()
     if fmt.startswith("minari"):
         from minari.dataset.minari_dataset import MinariDataset
 
@@ -181,14 +199,18 @@ def read_floor(fmt: str, path: Path) -> float | None:
                     frame.to_ndarray(format="rgb24")
     elif fmt == "rlds":
         tfds = venv_python(".venv-tfds")
-        return None if tfds is None else run_peer(tfds, TFDS_READ, path)[0]
+        return None if tfds is None else _times(run_peer(tfds, TFDS_READ, path))
     else:
         for shard in sorted(path.glob("*.tar")):
             with tarfile.open(shard) as tar:
                 for m in tar:
                     if m.isfile():
                         pickle.loads(tar.extractfile(m).read())  # type: ignore[union-attr]
-    return time.perf_counter() - t0
+    return since(t0)
+
+
+def _times(peer: list[float]) -> Times:
+    return peer[0], peer[1]
 
 
 def pictures(src: str, path: Path, work: Path) -> tuple[str, Path | None]:
@@ -211,7 +233,7 @@ def pictures(src: str, path: Path, work: Path) -> tuple[str, Path | None]:
     return src, out
 
 
-def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int, pics: Path | None = None) -> float | None:
+def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int, pics: Path | None = None) -> Times | None:
     out = work / "floor" / fmt
     shutil.rmtree(out, ignore_errors=True)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,26 +251,26 @@ def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int, pics
                                  actions=rng.uniform(-1, 1, (steps, 4)).astype(np.float32), rewards=np.zeros(steps),
                                  terminations=np.arange(steps) == steps - 1, truncations=np.zeros(steps, bool))
                    for i in range(episodes)]
-        t0 = time.perf_counter()
+        t0 = start()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             minari.create_dataset_from_buffers("floor/w-v0", buffers, observation_space=obs_space,
                                                action_space=gym.spaces.Box(-1, 1, (4,), np.float32),
                                                data_format=fmt.split("-")[1], jpeg_encoding=False)
-        return time.perf_counter() - t0
+        return since(t0)
     if fmt == "lerobot-v3.0":
         py = venv_python(".venv-lerobot")
-        return None if py is None else run_peer(py, LEROBOT_WRITE, out, episodes, steps, size, *([pics] if pics else []))[0]
+        return None if py is None else _times(run_peer(py, LEROBOT_WRITE, out, episodes, steps, size, *([pics] if pics else [])))
     if fmt == "rlds":
         py = venv_python(".venv-tfds")
-        return None if py is None else run_peer(py, TFDS_WRITE, out, episodes, steps, size, *([pics] if pics else []))[0]
+        return None if py is None else _times(run_peer(py, TFDS_WRITE, out, episodes, steps, size, *([pics] if pics else [])))
     if fmt == "episode-wds":
         from make_episode_wds import rollouts, write_shard
 
         frames = rollouts(rng, [steps] * episodes, (size, size, 3))
-        t0 = time.perf_counter()
+        t0 = start()
         write_shard(out / "shard-000000.tar", {"task_name": "floor"}, frames)
-        return time.perf_counter() - t0
+        return since(t0)
     return None  # LeRobot v2.1: lerobot 0.6 no longer writes it
 
 
@@ -264,7 +286,7 @@ def decisions(fmt: str, tgt: str) -> dict[str, object]:
     return out
 
 
-def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[float | None, str]:
+def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[Times | None, str]:
     import shardstore
 
     to, options = TO[tgt]
@@ -273,12 +295,12 @@ def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[float | Non
         out = out / "1.0.0"
     shutil.rmtree(out.parent if to == "rlds" else out, ignore_errors=True)
     options = {**options, **decisions(fmt, tgt)}
-    t0 = time.perf_counter()
+    t0 = start()
     try:
         shardstore.convert(src, out, to=to, **options)
     except Exception as e:  # noqa: BLE001  (a failed pair is a figure too: reported, not timed)
         return None, f"{type(e).__name__}: {str(e)[:120]}"
-    return time.perf_counter() - t0, ""
+    return since(t0), ""
 
 
 def main() -> None:
@@ -289,8 +311,11 @@ def main() -> None:
     p.add_argument("--work", default="/work/bench-data/convert", help="Folder for the sources and outputs.")
     p.add_argument("--json", default=None, help="Write the figures as JSON here.")
     p.add_argument("--formats", default=",".join(FORMATS), help="Comma-separated formats to convert between.")
+    p.add_argument("--pairs", default=None,
+                   help="Only these pairs, comma-separated SOURCE:TARGET (e.g. lerobot-v2.1:rlds); their formats alone are read.")
     args = p.parse_args()
-    chosen = [f for f in args.formats.split(",") if f]
+    pairs = [tuple(x.split(":", 1)) for x in args.pairs.split(",") if x] if args.pairs else None
+    chosen = list(dict.fromkeys(f for pair in pairs for f in pair)) if pairs else [f for f in args.formats.split(",") if f]
     unknown = sorted(set(chosen) - set(FORMATS))
     if unknown:
         p.error(f"unknown formats {unknown}; of {', '.join(FORMATS)}")
@@ -299,10 +324,11 @@ def main() -> None:
     steps = args.episodes * args.steps
     sources = {f: p for f, p in make_sources(work, args.episodes, args.steps, args.size, chosen).items() if f in chosen}
     missing = [f for f in chosen if f not in sources]
-    reads = {f: read_floor(f, sources[f]) for f in sources}
-    writes: dict[str, float | None] = {}  # per "target (pictures)"
-    for kind, pics in sorted({pictures(f, p, work) for f, p in sources.items()}, key=str):
-        for f in chosen:
+    todo = [(a, b) for a in sources for b in chosen if a != b and (pairs is None or (a, b) in pairs)]
+    reads = {f: read_floor(f, sources[f]) for f in dict.fromkeys(a for a, _ in todo)}
+    writes: dict[str, Times | None] = {}  # per "target (pictures)"
+    for kind, pics in sorted({pictures(a, sources[a], work) for a, _ in todo}, key=str):
+        for f in dict.fromkeys(b for a, b in todo if pictures(a, sources[a], work)[0] == kind):
             try:
                 writes[f"{f} ({kind})"] = write_floor(f, work, args.episodes, args.steps, args.size, pics)
             except RuntimeError as e:  # a peer that fails here is said, and its pairs have no floor
@@ -311,28 +337,34 @@ def main() -> None:
     rows = []
     print(f"{args.episodes} episodes x {args.steps} steps, {args.size}x{args.size} images; steps/s (floor: the "
           f"formats' own read + write)")
-    print(f"{'source -> target':34} {'shardstore':>11} {'floor':>11} {'ratio':>6}")
-    for fmt in sources:
-        for tgt in chosen:
-            if tgt == fmt:
-                continue
-            seconds, error = convert_time(sources[fmt], fmt, tgt, work)
-            read = reads.get(fmt)
-            write = writes.get(f"{tgt} ({pictures(fmt, sources[fmt], work)[0]})")
-            floor = read + write if read is not None and write is not None else None
-            row = {"source": fmt, "target": tgt, "steps": steps, "seconds": seconds, "floor_seconds": floor,
-                   "steps_per_s": steps / seconds if seconds else None,
-                   "floor_steps_per_s": steps / floor if floor else None,
-                   "ratio": seconds / floor if seconds and floor else None, "error": error}
-            rows.append(row)
-            fig = f"{row['steps_per_s']:11,.0f}" if seconds else f"{'failed':>11}"
-            fl = f"{row['floor_steps_per_s']:11,.0f}" if floor else f"{'n/a':>11}"
-            ratio = f"{row['ratio']:5.2f}x" if row["ratio"] else f"{'':>6}"
-            print(f"{fmt + ' -> ' + tgt:34} {fig} {fl} {ratio}" + (f"  {error}" if error else ""))
+    print(f"{'source -> target':34} {'shardstore':>11} {'floor':>11} {'ratio':>6} {'CPU ratio':>9}")
+    for fmt, tgt in todo:
+        took, error = convert_time(sources[fmt], fmt, tgt, work)
+        read = reads.get(fmt)
+        write = writes.get(f"{tgt} ({pictures(fmt, sources[fmt], work)[0]})")
+        floor = (read[0] + write[0], read[1] + write[1]) if read is not None and write is not None else None
+        seconds = took[0] if took else None
+        row = {"source": fmt, "target": tgt, "steps": steps, "seconds": seconds,
+               "floor_seconds": floor[0] if floor else None,
+               "cpu_seconds": took[1] if took else None, "floor_cpu_seconds": floor[1] if floor else None,
+               "steps_per_s": steps / seconds if seconds else None,
+               "floor_steps_per_s": steps / floor[0] if floor else None,
+               "ratio": seconds / floor[0] if seconds and floor else None,
+               "cpu_ratio": took[1] / floor[1] if took and floor else None, "error": error}
+        rows.append(row)
+        fig = f"{row['steps_per_s']:11,.0f}" if seconds else f"{'failed':>11}"
+        fl = f"{row['floor_steps_per_s']:11,.0f}" if floor else f"{'n/a':>11}"
+        ratio = f"{row['ratio']:5.2f}x" if row["ratio"] else f"{'':>6}"
+        cpu = f"{row['cpu_ratio']:8.2f}x" if row["cpu_ratio"] else f"{'':>9}"
+        print(f"{fmt + ' -> ' + tgt:34} {fig} {fl} {ratio} {cpu}" + (f"  {error}" if error else ""))
     if missing:
         print(f"left out (no library or venv): {', '.join(missing)}")
     result = {"episodes": args.episodes, "steps_per_episode": args.steps, "size": args.size,
-              "read_floor_seconds": reads, "write_floor_seconds": writes, "pairs": rows, "missing": missing}
+              "load_average": os.getloadavg(),
+              "read_floor_seconds": {f: t and t[0] for f, t in reads.items()},
+              "read_floor_cpu_seconds": {f: t and t[1] for f, t in reads.items()},
+              "write_floor_seconds": {f: t and t[0] for f, t in writes.items()},
+              "write_floor_cpu_seconds": {f: t and t[1] for f, t in writes.items()}, "pairs": rows, "missing": missing}
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 
