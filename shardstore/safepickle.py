@@ -128,58 +128,134 @@ BUILD_SLACK = 1 << 20
 _SHAPED = frozenset({"_reconstruct", "ndarray"})
 
 
-#: The pure-Python unpickler, typed loosely: typeshed gives it the C one's interface, without the
-#: ``stack``, ``append`` and ``dispatch`` that hooking its opcodes uses.
-_PyUnpickler: Any = pickle._Unpickler  # type: ignore[attr-defined]
+#: Built-in types whose call builds at most what its arguments hold: resolved as themselves.
+#: Every other allowed global is wrapped in ``_Checked`` (``bytes(1 << 40)``, ``list(range(10**9))``
+#: and an array shape ask for more than they carry).
+_BOUNDED = frozenset(("builtins", name) for name in ("bool", "int", "float", "complex", "str", "slice"))
 
 
-class _Restricted(_PyUnpickler):
-    """The pure-Python unpickler (its opcodes can be hooked; the C one's cannot) resolving only
-    ``ALLOWED_GLOBALS`` and checking every call's arguments before making it (``_check_call``)."""
+class _Checked:
+    """An allowed function or type as the unpickler calls it: its arguments checked first
+    (``_check_call``), a dtype it returns checked after. Not a type, so ``NEWOBJ`` (which would
+    skip the check) refuses it; numpy and the builtins never pickle through ``NEWOBJ``. Passed as
+    an argument (``_reconstruct(ndarray, ...)``), it is given as what it wraps."""
 
-    dispatch = dict(_PyUnpickler.dispatch)
+    __slots__ = ("func", "limit")
+
+    def __init__(self, func: Any, limit: int) -> None:
+        self.func = func
+        self.limit = limit
+
+    def __call__(self, *given: Any) -> Any:
+        args = tuple(a.func if isinstance(a, _Checked) else a for a in given)
+        _check_call(self.func, args, self.limit)
+        out = self.func(*args)
+        if _is_dtype(out) and out.itemsize > self.limit:
+            raise _TooBig(self.func, out.itemsize, self.limit)
+        return out
+
+
+class _Restricted(pickle.Unpickler):
+    """The C unpickler resolving only ``ALLOWED_GLOBALS``, each call checked (``_Checked``). It
+    allocates by two numbers a pickle states before reading what they describe (a byte string's
+    length, a memo index), so it is given only pickles ``_check_layout`` has walked."""
 
     def __init__(self, data: bytes) -> None:
         super().__init__(io.BytesIO(data))
         self.limit = len(data) + BUILD_SLACK
 
     def find_class(self, module: str, name: str) -> Any:
-        if _canonical(module, name) in ALLOWED_GLOBALS:
-            return super().find_class(module, name)
-        raise _Refused(module, name)
+        found = _RESOLVED.get((module, name))
+        if found is None:
+            key = _canonical(module, name)
+            if key not in ALLOWED_GLOBALS:
+                raise _Refused(module, name)
+            found = _RESOLVED[module, name] = super().find_class(module, name), key in _BOUNDED
+        return found[0] if found[1] else _Checked(found[0], self.limit)
 
-    def _call(self, func: Any, args: tuple[Any, ...]) -> Any:
-        _check_call(func, args, self.limit)
-        out = func(*args)
-        if _is_dtype(out) and out.itemsize > self.limit:
-            raise _TooBig(_qualname(func), out.itemsize, self.limit)
-        return out
 
-    def load_reduce(self) -> None:
-        args = self.stack.pop()
-        self.stack[-1] = self._call(self.stack[-1], tuple(args))
+#: ``(module, name)`` as a pickle names it -> (the allowed global, whether it is ``_BOUNDED``):
+#: resolved once per process (a step's pickles name the same few, ten thousand times an episode).
+_RESOLVED: dict[tuple[str, str], tuple[Any, bool]] = {}
 
-    dispatch[pickle.REDUCE[0]] = load_reduce
 
-    def load_newobj(self) -> None:
-        args = self.stack.pop()
-        cls = self.stack.pop()
-        _check_call(cls, tuple(args), self.limit)
-        self.append(cls.__new__(cls, *args))
+_FIXED, _LINES, _COUNTED = 0, 1, 2
 
-    dispatch[pickle.NEWOBJ[0]] = load_newobj
 
-    def load_newobj_ex(self) -> None:
-        kwargs = self.stack.pop()
-        args = self.stack.pop()
-        cls = self.stack.pop()
-        _check_call(cls, (*args, *kwargs.values()), self.limit)
-        self.append(cls.__new__(cls, *args, **kwargs))
+def _layouts() -> list[tuple[int, int, bool, str] | None]:
+    """Per opcode byte, how its argument is laid out, from the standard library's description of
+    the pickle format: (``_FIXED``, bytes), (``_LINES``, newline-ended lines) or (``_COUNTED``,
+    bytes of the length, signed or not) and that many bytes; ``None`` for a byte that is no opcode."""
+    widths = {pickletools.TAKEN_FROM_ARGUMENT1: 1, pickletools.TAKEN_FROM_ARGUMENT4: 4,
+              pickletools.TAKEN_FROM_ARGUMENT4U: 4, pickletools.TAKEN_FROM_ARGUMENT8U: 8}
+    out: list[tuple[int, int, bool, str] | None] = [None] * 256
+    for op in pickletools.opcodes:
+        arg, code = op.arg, ord(op.code)
+        if arg is None:
+            out[code] = (_FIXED, 0, False, op.name)
+        elif arg.n >= 0:
+            out[code] = (_FIXED, arg.n, False, op.name)
+        elif arg.n == pickletools.UP_TO_NEWLINE:
+            out[code] = (_LINES, 2 if arg.name == "stringnl_noescape_pair" else 1, False, op.name)
+        else:
+            out[code] = (_COUNTED, widths[arg.n], arg.n == pickletools.TAKEN_FROM_ARGUMENT4, op.name)
+    return out
 
-    dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
 
-    def _instantiate(self, klass: Any, args: Any) -> None:
-        self.append(self._call(klass, tuple(args)))
+_LAYOUTS = _layouts()
+_STOP, _PUT, _BINPUT, _LONG_BINPUT = (ord(c) for c in (pickle.STOP, pickle.PUT, pickle.BINPUT, pickle.LONG_BINPUT))
+
+
+def _check_layout(data: bytes) -> None:
+    """Walk a pickle's opcodes without building anything: every stated length must fit in the
+    bytes left, every memo index under the pickle's size, and the opcodes must end with ``STOP``.
+
+    What makes the C unpickler safe on hostile bytes: it allocates a byte string's stated length
+    and grows its memo to a stated index before reading, so ten bytes could ask for a terabyte.
+    Raises ``DecodeError`` naming the opcode and its byte. (Hot: one pass per pickled step part.)
+    """
+    end, pos, layouts = len(data), 0, _LAYOUTS
+    while pos < end:
+        at, code = pos, data[pos]
+        layout = layouts[code]
+        if layout is None:
+            raise DecodeError(f"not a pickle: unknown opcode {bytes([code])!r} at byte {at}")
+        kind, width, signed, name = layout
+        pos += 1
+        if kind == _FIXED:
+            if code == _STOP:
+                return
+            if code == _BINPUT or code == _LONG_BINPUT:
+                _memo_index(int.from_bytes(data[pos:pos + width], "little"), name, at, end)
+            pos += width
+        elif kind == _COUNTED:
+            size = int.from_bytes(data[pos:pos + width], "little", signed=signed)
+            pos += width
+            if not 0 <= size <= end - pos:
+                raise DecodeError(f"not a pickle: {name} at byte {at} states {size} bytes where {max(end - pos, 0)} are left")
+            pos += size
+        else:
+            for _ in range(width):
+                eol = data.find(b"\n", pos)
+                if eol < 0:
+                    raise DecodeError(f"not a pickle: {name} at byte {at} has no end of line")
+                if code == _PUT:
+                    _memo_index(_decimal(data[pos:eol], name, at), name, at, end)
+                pos = eol + 1
+    raise DecodeError(f"not a pickle: it ends at byte {end} before its STOP")
+
+
+def _decimal(raw: bytes, name: str, at: int) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise DecodeError(f"not a pickle: {name} at byte {at} has no index") from None
+
+
+def _memo_index(index: int, name: str, at: int, size: int) -> None:
+    """A memo index past the pickle's size is a lie (a pickle stores fewer objects than bytes)."""
+    if not 0 <= index <= size:
+        raise DecodeError(f"not a pickle: {name} at byte {at} stores at {index}, past its {size} bytes")
 
 
 def _is_dtype(value: Any) -> bool:
@@ -196,20 +272,18 @@ def _check_call(func: Any, args: tuple[Any, ...], limit: int) -> None:
     """Refuse a call that would build more than ``limit`` bytes: an integer size
     (``bytearray(2_500_000_000)``), a long range, an array shape (``_reconstruct``, ``ndarray``),
     a wide dtype. A pickle carries the bytes of what it builds; one that asks for more lies."""
-    qualname = _qualname(func)
     for a in args:
-        _check_size(a, qualname, limit)
+        _check_size(a, func, limit)
     if getattr(func, "__name__", "") in _SHAPED and args:
-
         pos = 1 if func.__name__ == "_reconstruct" else 0
         shape = args[pos] if len(args) > pos else ()
         shape = shape if isinstance(shape, tuple | list) else (shape,)
         count = 1
         for n in shape:
             count *= int(n) if isinstance(n, int) else 1
-        width = _itemsize(args[pos + 1] if len(args) > pos + 1 else "f8")
+        width = _itemsize(args[pos + 1] if len(args) > pos + 1 else "f8") if count else 0
         if count * width > limit:
-            raise _TooBig(qualname, count * width, limit)
+            raise _TooBig(func, count * width, limit)
 
 
 def _itemsize(spec: Any) -> int:
@@ -226,20 +300,20 @@ def _itemsize(spec: Any) -> int:
         return 8
 
 
-def _check_size(value: Any, qualname: str, limit: int) -> None:
+def _check_size(value: Any, func: Any, limit: int) -> None:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > limit:
-        raise _TooBig(qualname, abs(value), limit)
+        raise _TooBig(func, abs(value), limit)
     if isinstance(value, range) and len(value) > limit:
-        raise _TooBig(qualname, len(value), limit)
+        raise _TooBig(func, len(value), limit)
     if isinstance(value, tuple | list) and len(value) <= 64:
         for v in value:
             if isinstance(v, int | range) and not isinstance(v, bool):
-                _check_size(v, qualname, limit)
+                _check_size(v, func, limit)
 
 
 class _TooBig(Exception):
-    def __init__(self, qualname: str, size: int, limit: int) -> None:
-        super().__init__(f"pickle asks {qualname} for {size} where it carries at most {limit} bytes")
+    def __init__(self, func: Any, size: int, limit: int) -> None:
+        super().__init__(f"pickle asks {_qualname(func)} for {size} where it carries at most {limit} bytes")
 
 
 class _Refused(Exception):
@@ -256,6 +330,7 @@ def loads(data: bytes) -> Any:
     names is called) and the byte of the pickle that names it, or ``DecodeError`` for bytes that are
     not a whole pickle. Callers add the file and member (``ShardstoreError`` fields).
     """
+    _check_layout(data)
     try:
         return _Restricted(data).load()
     except _TooBig as e:
@@ -315,6 +390,7 @@ def read_flag(data: bytes) -> bool:
     """
     if len(data) > FLAG_MAX:
         raise DecodeError(f"a pickled flag of {len(data)} bytes (a bool takes under {FLAG_MAX}): read it with the pickle opt-in")
+    _check_layout(data)
     try:
         value = _InertUnpickler(io.BytesIO(data)).load()
     except _Refused as e:

@@ -3,8 +3,11 @@ classes of a pickle are listed without loading it; ``decode``'s pickle opt-in go
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +16,8 @@ import pytest
 from shardstore import safepickle
 from shardstore.decode import decode_part
 from shardstore.errors import DecodeError, PickleNotAllowedError, UnsafePickleError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class _System:
@@ -174,3 +179,56 @@ def test_read_flag_reads_a_pickled_bool_without_unpickling(value: object, protoc
 def test_read_flag_refuses_anything_else(value: object, error: type[Exception]) -> None:
     with pytest.raises(error):
         safepickle.read_flag(pickle.dumps(value, protocol=4))
+
+
+#: Pickles of a few bytes whose stated numbers make the C unpickler allocate before it reads: a
+#: byte string's length (BINBYTES8, BINBYTES, BYTEARRAY8, BINUNICODE8) and a memo index it grows
+#: its memo array to (LONG_BINPUT, PUT). Each is answered with a DecodeError naming the opcode.
+_LYING = {
+    "BINBYTES8": b"\x80\x04\x8e" + (1 << 40).to_bytes(8, "little") + b"ab.",
+    "BINBYTES": b"\x80\x03B" + (1 << 31).to_bytes(4, "little") + b"ab.",
+    "BYTEARRAY8": b"\x80\x05\x96" + (1 << 40).to_bytes(8, "little") + b"ab.",
+    "BINUNICODE8": b"\x80\x04\x8d" + (1 << 40).to_bytes(8, "little") + b"ab.",
+    "LONG_BINPUT": b"\x80\x02Nr" + (1 << 31).to_bytes(4, "little") + b".",
+    "PUT": b"\x80\x02Np99999999999\n.",
+}
+
+_UNDER_LIMIT = """
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from shardstore import safepickle
+from shardstore.errors import DecodeError
+out = {}
+for name, hexed in json.loads(sys.argv[1]).items():
+    for f in (safepickle.loads, safepickle.read_flag):
+        try:
+            f(bytes.fromhex(hexed))
+            out[f"{name} {f.__name__}"] = "loaded"
+        except DecodeError as e:
+            out[f"{name} {f.__name__}"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_lying_lengths_and_memo_indices_are_refused_before_any_allocation() -> None:
+    """Under 1 GB of address space: a MemoryError (the C unpickler's allocation) would end the
+    child with a traceback instead of printing the errors."""
+    res = subprocess.run(
+        [sys.executable, "-c", _UNDER_LIMIT, json.dumps({k: v.hex() for k, v in _LYING.items()})],
+        capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout)
+    for name in _LYING:
+        for f in ("loads", "read_flag"):
+            assert name in out[f"{name} {f}"] and "not a pickle" in out[f"{name} {f}"], out[f"{name} {f}"]
+
+
+@pytest.mark.parametrize("protocol", [0, 1, 2, 3, 4, 5])
+def test_every_protocol_passes_the_layout_walk(protocol: int) -> None:
+    """The walk reads each protocol's opcodes as the unpickler does (text lines, counted strings,
+    frames, memo puts), so honest pickles of every protocol still load."""
+    value = {"a": np.arange(5.0), "s": "x" * 300, "b": b"y" * 70_000, "n": [None, 1.5, -(10**30)], "t": (1, 1, 1)}
+    got = safepickle.loads(pickle.dumps(value, protocol=protocol))
+    assert got["s"] == value["s"] and got["b"] == value["b"] and got["n"] == value["n"] and got["t"] == value["t"]
+    np.testing.assert_array_equal(got["a"], value["a"])
