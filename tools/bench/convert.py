@@ -7,7 +7,8 @@ layout by pyarrow + PyAV (tools/make_lerobot.py, an H.264 camera), TFDS's ``stor
 (in .venv-tfds), webdataset's ``TarWriter`` (the episode-frame layout).
 
 The floor of a pair A -> B is the read of A by A's library plus the write of B by B's, each timed
-alone on the same number of steps and shapes, and on the same pictures where the encode's cost
+alone right after the pair's conversion (so both see the same load on a shared machine; ``--repeat N``
+keeps the fastest of N of each), on the same number of steps and shapes, and on the same pictures where the encode's cost
 depends on them (``pictures``: a LeRobot source's frames as decoded from its H.264 files, whose PNG
 encode takes TFDS 2.6x its encode of noise at 64 px; noise for the other sources): minari ``iterate_episodes`` / ``create_dataset_from_buffers``;
 pyarrow + PyAV decoding every frame / LeRobot's ``LeRobotDataset`` recorder (in .venv-lerobot,
@@ -275,6 +276,22 @@ def write_floor(fmt: str, work: Path, episodes: int, steps: int, size: int, pics
 
 
 # ----- shardstore ------------------------------------------------------------------------------------
+def floor_write(tgt: str, kind: str, work: Path, episodes: int, steps: int, size: int, pics: Path | None) -> Times | None:
+    """The write floor of ``tgt`` on ``kind`` pictures; a peer that fails is said, and the pair has no floor."""
+    try:
+        return write_floor(tgt, work, episodes, steps, size, pics)
+    except RuntimeError as e:
+        print(f"write floor of {tgt} ({kind} pictures): {e}")
+        return None
+
+
+def fastest(best: Times | None, new: Times | None) -> Times | None:
+    """The run of the two with less wall time (the least disturbed by the machine's other work)."""
+    if best is None or new is None:
+        return best or new
+    return new if new[0] < best[0] else best
+
+
 def decisions(fmt: str, tgt: str) -> dict[str, object]:
     """What a user decides for the pair (the flags the error names): pickled steps, a task for
     episodes that name none, the observation after the last action (kept, as the floor's sources have it)."""
@@ -313,6 +330,7 @@ def main() -> None:
     p.add_argument("--formats", default=",".join(FORMATS), help="Comma-separated formats to convert between.")
     p.add_argument("--pairs", default=None,
                    help="Only these pairs, comma-separated SOURCE:TARGET (e.g. lerobot-v2.1:rlds); their formats alone are read.")
+    p.add_argument("--repeat", type=int, default=1, help="Time each pair and its floor this many times; the fastest counts.")
     args = p.parse_args()
     pairs = [tuple(x.split(":", 1)) for x in args.pairs.split(",") if x] if args.pairs else None
     chosen = list(dict.fromkeys(f for pair in pairs for f in pair)) if pairs else [f for f in args.formats.split(",") if f]
@@ -325,23 +343,21 @@ def main() -> None:
     sources = {f: p for f, p in make_sources(work, args.episodes, args.steps, args.size, chosen).items() if f in chosen}
     missing = [f for f in chosen if f not in sources]
     todo = [(a, b) for a in sources for b in chosen if a != b and (pairs is None or (a, b) in pairs)]
-    reads = {f: read_floor(f, sources[f]) for f in dict.fromkeys(a for a, _ in todo)}
+    reads: dict[str, Times | None] = {}
     writes: dict[str, Times | None] = {}  # per "target (pictures)"
-    for kind, pics in sorted({pictures(a, sources[a], work) for a, _ in todo}, key=str):
-        for f in dict.fromkeys(b for a, b in todo if pictures(a, sources[a], work)[0] == kind):
-            try:
-                writes[f"{f} ({kind})"] = write_floor(f, work, args.episodes, args.steps, args.size, pics)
-            except RuntimeError as e:  # a peer that fails here is said, and its pairs have no floor
-                print(f"write floor of {f} ({kind} pictures): {e}")
-                writes[f"{f} ({kind})"] = None
     rows = []
     print(f"{args.episodes} episodes x {args.steps} steps, {args.size}x{args.size} images; steps/s (floor: the "
-          f"formats' own read + write)")
+          f"formats' own read + write, timed next to each conversion; fastest of {args.repeat})")
     print(f"{'source -> target':34} {'shardstore':>11} {'floor':>11} {'ratio':>6} {'CPU ratio':>9}")
     for fmt, tgt in todo:
-        took, error = convert_time(sources[fmt], fmt, tgt, work)
-        read = reads.get(fmt)
-        write = writes.get(f"{tgt} ({pictures(fmt, sources[fmt], work)[0]})")
+        kind, pics = pictures(fmt, sources[fmt], work)
+        took, read, write, error = None, None, None, ""
+        for _ in range(args.repeat):  # the pair and its floor back to back: the same load for both
+            t, error = convert_time(sources[fmt], fmt, tgt, work)
+            r = read_floor(fmt, sources[fmt])
+            w = floor_write(tgt, kind, work, args.episodes, args.steps, args.size, pics)
+            took, read, write = fastest(took, t), fastest(read, r), fastest(write, w)
+        reads[fmt], writes[f"{tgt} ({kind})"] = read, write
         floor = (read[0] + write[0], read[1] + write[1]) if read is not None and write is not None else None
         seconds = took[0] if took else None
         row = {"source": fmt, "target": tgt, "steps": steps, "seconds": seconds,
