@@ -177,6 +177,35 @@ def test_numbers_that_are_not(sources: dict[str, Path], tmp_path: Path, key: str
         import_lerobot(str(src), str(tmp_path / "out"))
 
 
+def _set_episode_field(src: Path, version: str, key: str, value: int) -> None:
+    """Episode 1's ``key`` in the episodes table (v2.1's jsonl, v3.0's parquet) set to ``value``."""
+    if version == "v2.1":
+        path = src / "meta" / "episodes.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[1][key] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[1][key] = value
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+
+
+@pytest.mark.parametrize(
+    ("version", "key"), [("v2.1", "length"), ("v3.0", "length"), ("v3.0", "dataset_from_index"), ("v2.1", "episode_index")]
+)
+def test_a_negative_count_in_the_episodes_table(sources: dict[str, Path], tmp_path: Path, version: str, key: str) -> None:
+    """A length or row number below 0 is refused where it is read (it sized an array: ``negative
+    dimensions are not allowed``, or sliced a table: ``Offset must be non-negative``, no file named)."""
+    src = _copy(sources[version], tmp_path / "src")
+    _set_episode_field(src, version, key, -3)
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=(key, "-3", "meta/episodes"))
+    res = run("check", "lerobot", src, "--deep")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert f"{key!r} is -3" in res.stdout, res.stdout + res.stderr
+
+
 def test_a_shape_that_is_not_sizes(sources: dict[str, Path], tmp_path: Path) -> None:
     src = _copy(sources["v2.1"], tmp_path / "src")
     info = json.loads((src / "meta" / "info.json").read_text())

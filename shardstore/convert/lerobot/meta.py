@@ -186,14 +186,16 @@ def _json(data: bytes, path: str) -> Any:
 
 
 def _whole(row: dict[str, Any], key: str, where: str, n: int) -> int:
-    """``row[key]`` as a whole number, else a ``LeRobotFormatError`` naming the file, the row (the
-    ``n``-th object) and the field: ``'length' is 'twelve', not a whole number``."""
+    """``row[key]`` as a whole number of at least 0 (every one read is a count, a row number or
+    an index: a negative one would size an array or slice a table), else a ``LeRobotFormatError``
+    naming the file, the row (the ``n``-th object) and the field: ``'length' is -3, not a whole
+    number``."""
     value = row.get(key)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     what = "missing" if value is None else f"{value!r}, not a whole number"
     raise LeRobotFormatError(f"row {n}: {key!r} is {what}", path=where)
