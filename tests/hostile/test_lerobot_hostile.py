@@ -206,6 +206,24 @@ def test_a_negative_count_in_the_episodes_table(sources: dict[str, Path], tmp_pa
     assert f"{key!r} is -3" in res.stdout, res.stdout + res.stderr
 
 
+@pytest.mark.parametrize("features", [("index",), ("timestamp", "frame_index", "episode_index", "index", "task_index")])
+def test_a_final_observation_mark_on_a_bookkeeping_column(
+    sources: dict[str, Path], tmp_path: Path, features: tuple[str, ...]
+) -> None:
+    """``rows: steps+1`` (what shardstore's writer puts on a kept final observation) on LeRobot's
+    own per-frame columns is not taken: an import that took it cut them a row short, and the
+    export of that import failed with ``ValueError: cannot reshape array of size 5 into shape (6,)``."""
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    for key in features:
+        info["features"][key]["rows"] = "steps+1"
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    import_lerobot(str(src), str(tmp_path / "ds"))
+    res = run("export", "lerobot", tmp_path / "ds", tmp_path / "out", "--quiet")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert check(str(tmp_path / "out")).ok
+
+
 def test_a_shape_that_is_not_sizes(sources: dict[str, Path], tmp_path: Path) -> None:
     src = _copy(sources["v2.1"], tmp_path / "src")
     info = json.loads((src / "meta" / "info.json").read_text())
