@@ -206,6 +206,37 @@ def test_a_negative_count_in_the_episodes_table(sources: dict[str, Path], tmp_pa
     assert f"{key!r} is -3" in res.stdout, res.stdout + res.stderr
 
 
+@pytest.mark.parametrize(("key", "value"), [("from_timestamp", float("nan")), ("to_timestamp", float("inf"))])
+def test_a_v30_time_range_that_is_not_a_time(sources: dict[str, Path], tmp_path: Path, key: str, value: float) -> None:
+    """A NaN or infinite bound of an episode's video range ended import and check alike with
+    ``ValueError: cannot convert float NaN to integer``, naming no file or field."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[1][f"videos/{CAMERA}/{key}"] = value
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=(key, "meta/episodes", "episode 1"))
+    res = run("check", "lerobot", src)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert key in res.stdout and "[meta]" in res.stdout, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("fps", ["fast", [10]])
+def test_a_video_fps_that_is_not_a_number_is_a_finding_of_check_deep(
+    sources: dict[str, Path], tmp_path: Path, fps: object
+) -> None:
+    """info.json's ``video.fps`` of a camera is only compared by ``check --deep``: a string or a list
+    there ended it with ``ValueError: could not convert string to float``, no report."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"][CAMERA].setdefault("info", {})["video.fps"] = fps
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    res = run("check", "lerobot", src, "--deep")
+    assert res.returncode == 1 and "Traceback" not in res.stderr and not res.stderr.startswith("shardstore: error"), res.stderr
+    assert "field 'video.fps'" in res.stdout and repr(fps) in res.stdout, res.stdout
+
+
 @pytest.mark.parametrize("features", [("index",), ("timestamp", "frame_index", "episode_index", "index", "task_index")])
 def test_a_final_observation_mark_on_a_bookkeeping_column(
     sources: dict[str, Path], tmp_path: Path, features: tuple[str, ...]

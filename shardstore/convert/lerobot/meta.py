@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -199,6 +200,15 @@ def _whole(row: dict[str, Any], key: str, where: str, n: int) -> int:
         return int(value)
     what = "missing" if value is None else f"{value!r}, not a whole number"
     raise LeRobotFormatError(f"row {n}: {key!r} is {what}", path=where)
+
+
+def _seconds(row: Mapping[str, Any], key: str, where: str) -> float:
+    """``row[key]``, a time in seconds: a finite number, else a ``LeRobotFormatError`` naming the
+    field (a NaN or infinite bound would reach a frame count as ``int(nan)``)."""
+    value = row[key]
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise LeRobotFormatError(f"{key!r} is {value!r}, not a time in seconds", path=where)
 
 
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
@@ -396,8 +406,8 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
                         chunk_index=row[pre + "chunk_index"],
                         file_index=row[pre + "file_index"],
                     ),
-                    float(row[pre + "from_timestamp"]),
-                    float(row[pre + "to_timestamp"]),
+                    _seconds(row, pre + "from_timestamp", where),
+                    _seconds(row, pre + "to_timestamp", where),
                 )
             entry = EpisodeEntry(
                 ep,
