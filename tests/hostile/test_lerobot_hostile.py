@@ -237,6 +237,34 @@ def test_a_video_fps_that_is_not_a_number_is_a_finding_of_check_deep(
     assert "field 'video.fps'" in res.stdout and repr(fps) in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize(
+    "stats", [{"action": {"min": [[1], [1, 2]]}}, {"action": 5}, [1, 2], {"action": {"min": "abc"}}],
+    ids=["ragged", "feature-not-an-object", "not-an-object", "text"],
+)
+def test_v21_episode_stats_that_are_not_numbers(sources: dict[str, Path], tmp_path: Path, stats: object) -> None:
+    """An episode's ``stats`` in episodes_stats.jsonl are an object of features, each an object of
+    numeric arrays; anything else ended import and check with a bare ``AttributeError`` or numpy's
+    ``inhomogeneous shape`` (no file named), or (text) imported and then failed the export."""
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    path = src / "meta" / "episodes_stats.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[1]["stats"] = stats
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("episodes_stats.jsonl", "episode 1"))
+    res = run("check", "lerobot", src)
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "[meta]" in res.stdout, res.stdout + res.stderr
+
+
+def test_a_v30_stats_column_without_a_statistic(sources: dict[str, Path], tmp_path: Path) -> None:
+    """``stats/<feature>/<stat>`` columns of the episodes table; one named ``stats/action`` ended
+    the import with ``ValueError: not enough values to unpack``."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("stats/action", pa.array([1.0] * table.num_rows)), path)
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("stats/action", "meta/episodes"))
+
+
 @pytest.mark.parametrize("features", [("index",), ("timestamp", "frame_index", "episode_index", "index", "task_index")])
 def test_a_final_observation_mark_on_a_bookkeeping_column(
     sources: dict[str, Path], tmp_path: Path, features: tuple[str, ...]

@@ -335,7 +335,8 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
             if f.get("dtype") == "video"
         }
         meta.episodes.append(
-            EpisodeEntry(ep, length, ep_tasks, data, None, videos, row, _stats_numpy(stats.get(ep, {})))
+            EpisodeEntry(ep, length, ep_tasks, data, None, videos, row,
+                         _stats_numpy(stats.get(ep, {}), stats_where, ep))
         )
 
 
@@ -420,21 +421,41 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
             )
         except KeyError as e:
             raise LeRobotFormatError(f"the episodes table has no column {e}", path=where) from e
-        entry.stats = unflatten_stats(row)
+        entry.stats = unflatten_stats(row, where)
         meta.episodes.append(entry)
 
 
-def _stats_numpy(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
+def _stats_numpy(stats: Any, where: str, ep: int) -> dict[str, dict[str, np.ndarray]]:
+    """v2.1's ``stats`` of episode ``ep`` (episodes_stats.jsonl, at ``where``): features mapped to
+    objects of statistics, each numbers (``_stat``)."""
+    if not isinstance(stats, dict) or not all(isinstance(d, dict) for d in stats.values()):
+        raise LeRobotFormatError("'stats' must map features to objects of statistics", path=where,
+                                 member=f"episode {ep}", noun="")
+    return {k: {s: _stat(v, where, f"episode {ep}, stats {k}/{s}") for s, v in d.items()} for k, d in stats.items()}
 
 
-def unflatten_stats(row: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """v3.0's ``stats/<feature>/<stat>`` columns as ``{feature: {stat: array}}``."""
+def _stat(value: Any, where: str, member: str) -> np.ndarray:
+    """A statistic as a numeric array: a ragged list or text would fail later, in numpy, in a
+    merge or an export, naming nothing."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise LeRobotFormatError(f"{str(value)[:80]} is not an array of numbers", path=where, member=member, noun="")
+    return arr
+
+
+def unflatten_stats(row: Mapping[str, Any], where: str = "") -> dict[str, dict[str, np.ndarray]]:
+    """v3.0's ``stats/<feature>/<stat>`` columns as ``{feature: {stat: array}}`` (``where``: the
+    episodes file and episode, for errors)."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, value in row.items():
         if key.startswith("stats/") and value is not None:
-            feature, stat = key[len("stats/") :].rsplit("/", 1)
-            out.setdefault(feature, {})[stat] = np.asarray(value)
+            feature, _, stat = key[len("stats/") :].rpartition("/")
+            if not feature or not stat:
+                raise LeRobotFormatError(f"column {key!r} is not stats/<feature>/<statistic>", path=where)
+            out.setdefault(feature, {})[stat] = _stat(value, where, key)
     return out
 
 
