@@ -382,12 +382,12 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
         raise LeRobotFormatError(
             "v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes")
         )
-    rows: list[tuple[int, str, dict[str, Any]]] = []
+    rows: list[tuple[int, str, int, dict[str, Any]]] = []  # (episode, file, row number in it, row)
     for p in ep_files:
         with parquet_errors(storage.url(p)):
             table = pq.read_table(io.BytesIO(meta.files[p])).to_pylist()
-        rows.extend((_whole(row, "episode_index", storage.url(p), i), p, row) for i, row in enumerate(table, 1))
-    for ep, p, row in sorted(rows, key=lambda r: r[0]):
+        rows.extend((_whole(row, "episode_index", storage.url(p), i), p, i, row) for i, row in enumerate(table, 1))
+    for ep, p, n, row in sorted(rows, key=lambda r: r[0]):
         where = f"{storage.url(p)}: episode {ep}"
         try:
             data = fill(
@@ -412,10 +412,10 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
                 )
             entry = EpisodeEntry(
                 ep,
-                _whole(row, "length", where, ep),
+                _whole(row, "length", where, n),
                 list(row.get("tasks") or []),
                 data,
-                _whole(row, "dataset_from_index", where, ep),
+                _whole(row, "dataset_from_index", where, n),
                 videos,
                 row,
             )
