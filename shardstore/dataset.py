@@ -453,9 +453,6 @@ class Dataset(MemberReads, Closeable):
         shard, pos, loc = self._find_key(key)
         return SampleRef(shard, loc.sample_index, ByteRange(loc.offset, loc.size), pos, key)
 
-    def _shard_pos(self, tar_file_id: int) -> int | None:
-        return self._by_id.get(tar_file_id)
-
     def _outside_shard(self, tar_file_id: int) -> ShardRef:
         """A shard of another split (a key lookup may land there): its real count, so the
         ``.tar.idx`` and stale checks hold for it too."""

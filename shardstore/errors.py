@@ -192,6 +192,8 @@ class LinkLoopWarning(UserWarning):
 
 class PrepareLockedError(ShardstoreError, BlockingIOError):
     """Another prepare holds this dataset's lock (``.nv-meta.lock``); the message names its process."""
+
+
 class OutputLockedError(ShardstoreError, BlockingIOError):
     """Another import or export is writing the same OUT (it holds ``.<OUT>.shardstore-lock``); the
     message names its process."""

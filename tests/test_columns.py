@@ -173,3 +173,19 @@ def test_the_layout_reads_benchmark_runs_on_both_layouts(tmp_path: Path) -> None
     for name in (a, b):
         assert set(figures[name]) == {"step", "window16", "episode"}
         assert all(f["median_us"] > 0 and f["reads"] > 0 for f in figures[name].values())
+
+
+@pytest.mark.parametrize("starts", [b"abc", "text", 5], ids=["odd-bytes", "text", "integer"])
+def test_row_starts_that_are_no_table_of_offsets_are_refused(tmp_path: Path, starts: object) -> None:
+    """A damaged ``blob_starts`` row of ``episodes.sqlite`` (bytes not a multiple of 8, or not bytes)
+    is a ``DecodeError`` naming the index and the episode; step and window reads ended with numpy's
+    ``buffer size must be a multiple of element size`` or a bare ``TypeError``."""
+    out = write(tmp_path / "ds", make_episodes(2, seed=9))
+    db = sqlite3.connect(out / ".nv-meta/episodes.sqlite")
+    db.execute("UPDATE blob_starts SET starts = ?", (starts,))
+    db.commit()
+    db.close()
+    view = shardstore.episodes(str(out))
+    for read in (lambda: view.step(0, 1), lambda: view.window(0, 1, after=1)):
+        with pytest.raises(DecodeError, match="episodes.sqlite.*episode 0.*row starts"):
+            read()

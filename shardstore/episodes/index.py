@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import IndexVersionError, library_errors
+from ..errors import DecodeError, IndexVersionError, library_errors
 from .model import from_jsonable, to_jsonable
 
 __all__ = [
@@ -207,7 +207,14 @@ class EpisodeIndexReader:
             found = self.db.execute("SELECT starts FROM blob_starts WHERE number = ?", (int(number),)).fetchone()
         except sqlite3.OperationalError:  # no such table
             return None
-        return None if found is None else np.frombuffer(found[0], "<u8")
+        if found is None:
+            return None
+        starts = found[0]
+        if not isinstance(starts, bytes) or len(starts) % 8:  # the index is read, not trusted
+            what = f"{len(starts)} bytes" if isinstance(starts, bytes) else f"a {type(starts).__name__}"
+            raise DecodeError(f"the row starts are {what}, not uint64s", path=self.path,
+                              member=f"episode {number}, blob_starts")
+        return np.frombuffer(starts, "<u8")
 
     def source_files(self) -> dict[str, int]:
         """Relative path -> size of the source files kept under ``.nv-meta/source/``."""

@@ -51,7 +51,8 @@ Opener = Callable[[], IO[bytes]]
 
 @dataclass(frozen=True, slots=True)
 class VideoInfo:
-    """What LeRobot's ``info.json`` says of a video feature, and what deciding a remux needs."""
+    """A video's stream as ``probe`` finds it: what checking it against LeRobot's ``info.json`` and
+    deciding a remux need."""
 
     codec: str  # the codec's short name: h264, av1, hevc
     width: int
@@ -64,19 +65,6 @@ class VideoInfo:
     extradata: bytes
     has_audio: bool
     leading: bool  # frames shown before a keyframe but decoded after it (open GOPs: HEVC's CRA)
-
-    def info_json(self) -> dict[str, Any]:
-        """LeRobot's ``video_info`` / ``info`` entry of a video feature."""
-        return {
-            "video.height": self.height,
-            "video.width": self.width,
-            "video.codec": self.codec,
-            "video.pix_fmt": self.pix_fmt,
-            "video.is_depth_map": False,
-            "video.fps": self.fps,
-            "video.channels": 3,
-            "has_audio": self.has_audio,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,9 +64,7 @@ class StagedFolder:
             raise StorageError(f"cannot create the folder: {e.strerror}", path=parent) from e
         try:
             self._lock: metaswap.FolderLock | None = _lock(self.out)
-        except OutputLockedError:
-            raise
-        except StorageError as e:  # a parent that cannot be written (/proc, /sys, read-only): one line
+        except StorageError as e:  # (an OutputLockedError, not a StorageError, passes as it is)  # a parent that cannot be written (/proc, /sys, read-only): one line
             raise StorageError(f"cannot write beside OUT here: {e.detail.split(': ', 1)[-1]}", path=self.out) from None
         try:
             recover(self.out, holding_lock=True)

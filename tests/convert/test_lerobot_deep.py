@@ -184,3 +184,21 @@ def test_finds_every_fault_lerobot_doctor_finds(clean: Path) -> None:
     assert any(f["lerobot_doctor_found"] for f in found.values())  # the doctor ran and saw faults
     missed = {name: f["lerobot_doctor"] for name, f in found.items() if f["lerobot_doctor_found"] and not f["shardstore_found"]}
     assert not missed
+
+
+@pytest.mark.parametrize(
+    "kept", [{"min": "abc", "max": [9.0], "count": [4]}, 5, {"count": []}, {"count": "four"}],
+    ids=["text-min", "not-an-object", "empty-count", "text-count"],
+)
+def test_an_exports_kept_stats_that_are_not_numbers_are_computed_again(kept: Any) -> None:
+    """An export keeps an episode's stats from the store's metadata (the source's); one that is not
+    numbers there (the metadata edited by hand) is computed again like a missing one, where it ended
+    the export with ``ValueError: could not convert string to float`` (or an AttributeError)."""
+    from shardstore.convert.lerobot import stats as lstats
+
+    values = np.arange(8, dtype=np.float32).reshape(4, 2)
+    got = lstats.episode_stats({"action": kept}, {"action": lambda: values}, (), 4)["action"]
+    fresh = lstats.vector_stats(values)
+    assert np.array_equal(got["min"], fresh["min"]) and int(got["count"][0]) == 4
+    if isinstance(kept, dict) and "max" in kept:  # a stat that is numbers is still the source's
+        assert got["max"].tolist() == [9.0]

@@ -74,6 +74,7 @@ FAULTS: dict[str, tuple[Callable[[Path], None], str, dict[str, Any]]] = {
     "total_steps_lies": (_meta(lambda m: m.__setitem__("total_steps", m["total_steps"] + 3)), "totals", {"field": "total_steps"}),
     "total_episodes_lies": (_meta(lambda m: m.__setitem__("total_episodes", 9)), "totals", {"field": "total_episodes"}),
     "space_not_serialized": (_meta(lambda m: m.__setitem__("action_space", {"type": "Discrete"})), "metadata", {"field": "action_space"}),
+    "space_not_json": (_meta(lambda m: m.__setitem__("observation_space", "[[[[")), "metadata", {"field": "observation_space"}),
     "termination_mid_episode": (_set("terminations", 2, 1, True), "terminal", {"episode": 2, "frame": 1}),
     "truncation_mid_episode": (_set("truncations", 0, 0, True), "terminal", {"episode": 0, "frame": 0, "field": "truncations"}),
     "action_outside_discrete": (_set("actions", 3, 2, 7), "spaces", {"episode": 3, "frame": 2, "field": "actions"}),
@@ -101,3 +102,14 @@ def test_each_seeded_minari_fault_is_caught(clean: Path, tmp_path: Path, fault: 
     assert not report.ok
     hits = [p for p in report.problems if p.check == check and p.severity == "error"]
     assert any(all(getattr(p, k) == v for k, v in where.items()) for p in hits), [str(p) for p in report.problems]
+
+
+def test_minari_refuses_a_space_that_is_not_json(clean: Path, tmp_path: Path) -> None:
+    """What ``space_not_json`` pins: minari's loader deserializes the spaces when it opens the dataset."""
+    from minari.dataset.minari_dataset import MinariDataset
+
+    ds = tmp_path / "ds"
+    shutil.copytree(clean, ds)
+    FAULTS["space_not_json"][0](ds)
+    with pytest.raises(ValueError):  # json.JSONDecodeError
+        MinariDataset(str(ds / "data"))

@@ -24,7 +24,8 @@ yaml = pytest.importorskip("yaml")
 sys.path.insert(0, str(ROOT / "tools"))
 from make_lerobot import make_lerobot  # noqa: E402
 
-from shardstore.convert.lerobot import check, import_lerobot  # noqa: E402
+from shardstore.convert.lerobot import check, export_lerobot, import_lerobot  # noqa: E402
+from shardstore.convert.lerobot.deep import check_deep  # noqa: E402
 from shardstore.errors import LeRobotFormatError  # noqa: E402
 
 CAMERA = "observation.images.front"
@@ -175,6 +176,121 @@ def test_numbers_that_are_not(sources: dict[str, Path], tmp_path: Path, key: str
     _edit_info(src, **{key: value})
     with pytest.raises(LeRobotFormatError, match=key):
         import_lerobot(str(src), str(tmp_path / "out"))
+
+
+def _set_episode_field(src: Path, version: str, key: str, value: int) -> None:
+    """Episode 1's ``key`` in the episodes table (v2.1's jsonl, v3.0's parquet) set to ``value``."""
+    if version == "v2.1":
+        path = src / "meta" / "episodes.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        rows[1][key] = value
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[1][key] = value
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+
+
+@pytest.mark.parametrize(
+    ("version", "key"), [("v2.1", "length"), ("v3.0", "length"), ("v3.0", "dataset_from_index"), ("v2.1", "episode_index")]
+)
+def test_a_negative_count_in_the_episodes_table(sources: dict[str, Path], tmp_path: Path, version: str, key: str) -> None:
+    """A length or row number below 0 is refused where it is read (it sized an array: ``negative
+    dimensions are not allowed``, or sliced a table: ``Offset must be non-negative``, no file named)."""
+    src = _copy(sources[version], tmp_path / "src")
+    _set_episode_field(src, version, key, -3)
+    with pytest.raises(LeRobotFormatError, match=f"'{key}' is -3") as e:
+        import_lerobot(str(src), str(tmp_path / "out"))
+    assert "meta/episodes" in str(e.value)
+    assert any(f"{key!r} is -3" in p.message for p in check_deep(str(src)).problems)
+    if (version, key) == ("v3.0", "dataset_from_index"):  # one CLI run: the line the user sees
+        refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=(key, "-3", "meta/episodes"))
+
+
+@pytest.mark.parametrize(("key", "value"), [("from_timestamp", float("nan")), ("to_timestamp", float("inf"))])
+def test_a_v30_time_range_that_is_not_a_time(sources: dict[str, Path], tmp_path: Path, key: str, value: float) -> None:
+    """A NaN or infinite bound of an episode's video range ended import and check alike with
+    ``ValueError: cannot convert float NaN to integer``, naming no file or field."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[1][f"videos/{CAMERA}/{key}"] = value
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    with pytest.raises(LeRobotFormatError, match=key) as e:
+        import_lerobot(str(src), str(tmp_path / "out"))
+    assert "meta/episodes" in str(e.value) and "episode 1" in str(e.value)
+    assert [p.check for p in check(str(src)).problems] == ["meta"]
+    if key == "from_timestamp":  # one CLI run: the line the user sees
+        refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=(key, "meta/episodes", "episode 1"))
+
+
+@pytest.mark.parametrize("fps", ["fast", [10]])
+def test_a_video_fps_that_is_not_a_number_is_a_finding_of_check_deep(
+    sources: dict[str, Path], tmp_path: Path, fps: object
+) -> None:
+    """info.json's ``video.fps`` of a camera is only compared by ``check --deep``: a string or a list
+    there ended it with ``ValueError: could not convert string to float``, no report."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["features"][CAMERA].setdefault("info", {})["video.fps"] = fps
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    found = [p for p in check_deep(str(src)).problems if p.field == "video.fps"]
+    assert found and repr(fps) in found[0].message, [str(p) for p in found]
+    if fps == "fast":  # one CLI run: a report, not an error line
+        res = run("check", "lerobot", src, "--deep")
+        assert res.returncode == 1 and "Traceback" not in res.stderr and not res.stderr.startswith("shardstore: error"), res.stderr
+        assert "field 'video.fps'" in res.stdout and repr(fps) in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize(
+    "stats", [{"action": {"min": [[1], [1, 2]]}}, {"action": 5}, [1, 2], {"action": {"min": "abc"}}],
+    ids=["ragged", "feature-not-an-object", "not-an-object", "text"],
+)
+def test_v21_episode_stats_that_are_not_numbers(sources: dict[str, Path], tmp_path: Path, stats: object) -> None:
+    """An episode's ``stats`` in episodes_stats.jsonl are an object of features, each an object of
+    numeric arrays; anything else ended import and check with a bare ``AttributeError`` or numpy's
+    ``inhomogeneous shape`` (no file named), or (text) imported and then failed the export."""
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    path = src / "meta" / "episodes_stats.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    rows[1]["stats"] = stats
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(LeRobotFormatError) as e:
+        import_lerobot(str(src), str(tmp_path / "out"))
+    assert "episodes_stats.jsonl" in str(e.value) and "episode 1" in str(e.value)
+    assert [p.check for p in check(str(src)).problems] == ["meta"]
+    if stats == [1, 2]:  # one CLI run: the line the user sees
+        refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("episodes_stats.jsonl", "episode 1"))
+
+
+def test_a_v30_stats_column_without_a_statistic(sources: dict[str, Path], tmp_path: Path) -> None:
+    """``stats/<feature>/<stat>`` columns of the episodes table; one named ``stats/action`` ended
+    the import with ``ValueError: not enough values to unpack``."""
+    src = _copy(sources["v3.0"], tmp_path / "src")
+    path = sorted(src.glob("meta/episodes/**/*.parquet"))[0]
+    table = pq.read_table(path)
+    pq.write_table(table.append_column("stats/action", pa.array([1.0] * table.num_rows)), path)
+    refused("import", "lerobot", src, tmp_path / "out", "--quiet", expect=("stats/action", "meta/episodes"))
+
+
+@pytest.mark.parametrize("features", [("index",), ("timestamp", "frame_index", "episode_index", "index", "task_index")])
+def test_a_final_observation_mark_on_a_bookkeeping_column(
+    sources: dict[str, Path], tmp_path: Path, features: tuple[str, ...]
+) -> None:
+    """``rows: steps+1`` (what shardstore's writer puts on a kept final observation) on LeRobot's
+    own per-frame columns is not taken: an import that took it cut them a row short, and the
+    export of that import failed with ``ValueError: cannot reshape array of size 5 into shape (6,)``."""
+    src = _copy(sources["v2.1"], tmp_path / "src")
+    info = json.loads((src / "meta" / "info.json").read_text())
+    for key in features:
+        info["features"][key]["rows"] = "steps+1"
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    import_lerobot(str(src), str(tmp_path / "ds"))
+    export_lerobot(str(tmp_path / "ds"), str(tmp_path / "out"))
+    assert check(str(tmp_path / "out")).ok
 
 
 def test_a_shape_that_is_not_sizes(sources: dict[str, Path], tmp_path: Path) -> None:

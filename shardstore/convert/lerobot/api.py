@@ -39,7 +39,7 @@ from ...executors import worker_storage
 from ...storage import Storage, open_storage
 from .check import CheckReport, check_lerobot
 from .conventions import FORMAT, describe_write, to_lerobot
-from .meta import EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
+from .meta import DEFAULT_COLUMNS, EpisodeEntry, LeRobotMeta, column_numpy, parquet_file
 from .write import WriteOptions, WriteReport, write_lerobot
 
 __all__ = [
@@ -167,7 +167,8 @@ def _schema(meta: LeRobotMeta, arrow_schema: Any, frames: FramesMode | None) -> 
             step_shape = tuple(shape[i] if d < 0 else d for i, d in enumerate(dims)) if dims else ()
             np_dtype = np.dtype(t.to_pandas_dtype()).str
             fields.append(FieldSpec(key, "array", np_dtype, step_shape, attrs=attrs))
-        if feat.get("rows") == "steps+1":  # a final observation kept by shardstore's writer
+        if feat.get("rows") == "steps+1" and key not in DEFAULT_COLUMNS:
+            # a final observation kept by shardstore's writer; LeRobot's own columns are per frame
             fields[-1] = replace(fields[-1], rows="steps+1")
     attrs = {
         "fps": meta.fps,

@@ -499,7 +499,10 @@ def _check_video_header(meta: LeRobotMeta, report: CheckReport, url: str, camera
             report.add("error", "video", f"{key} is {got!r} in the file", file=url, camera=camera, field=key,
                        expected=f"{want!r} (info.json)")
     fps = info.get("video.fps")
-    if fps is not None and abs(float(fps) - ft.fps) > 1e-3:
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, int | float)):
+        report.add("error", "video", f"video.fps is {fps!r} in info.json", file=url, camera=camera, field="video.fps",
+                   expected=f"a number ({ft.fps:g} in the file)")
+    elif fps is not None and abs(float(fps) - ft.fps) > 1e-3:
         report.add("error", "video", f"video.fps is {ft.fps:g} in the file", file=url, camera=camera, field="video.fps",
                    expected=f"{float(fps):g} (info.json)")
     shape = [int(s) for s in feature.get("shape") or []]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import string
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -186,17 +187,28 @@ def _json(data: bytes, path: str) -> Any:
 
 
 def _whole(row: dict[str, Any], key: str, where: str, n: int) -> int:
-    """``row[key]`` as a whole number, else a ``LeRobotFormatError`` naming the file, the row (the
-    ``n``-th object) and the field: ``'length' is 'twelve', not a whole number``."""
+    """``row[key]`` as a whole number of at least 0 (every one read is a count, a row number or
+    an index: a negative one would size an array or slice a table), else a ``LeRobotFormatError``
+    naming the file, the row (the ``n``-th object) and the field: ``'length' is -3, not a whole
+    number``."""
     value = row.get(key)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     what = "missing" if value is None else f"{value!r}, not a whole number"
     raise LeRobotFormatError(f"row {n}: {key!r} is {what}", path=where)
+
+
+def _seconds(row: Mapping[str, Any], key: str, where: str) -> float:
+    """``row[key]``, a time in seconds: a finite number, else a ``LeRobotFormatError`` naming the
+    field (a NaN or infinite bound would reach a frame count as ``int(nan)``)."""
+    value = row[key]
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise LeRobotFormatError(f"{key!r} is {value!r}, not a time in seconds", path=where)
 
 
 def _jsonl(data: bytes, path: str) -> list[dict[str, Any]]:
@@ -323,7 +335,8 @@ def _load_v21(meta: LeRobotMeta, storage: Storage) -> None:
             if f.get("dtype") == "video"
         }
         meta.episodes.append(
-            EpisodeEntry(ep, length, ep_tasks, data, None, videos, row, _stats_numpy(stats.get(ep, {})))
+            EpisodeEntry(ep, length, ep_tasks, data, None, videos, row,
+                         _stats_numpy(stats.get(ep, {}), stats_where, ep))
         )
 
 
@@ -369,12 +382,12 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
         raise LeRobotFormatError(
             "v3.0 needs meta/episodes/chunk-*/file-*.parquet", path=storage.url("meta/episodes")
         )
-    rows: list[tuple[int, str, dict[str, Any]]] = []
+    rows: list[tuple[int, str, int, dict[str, Any]]] = []  # (episode, file, row number in it, row)
     for p in ep_files:
         with parquet_errors(storage.url(p)):
             table = pq.read_table(io.BytesIO(meta.files[p])).to_pylist()
-        rows.extend((_whole(row, "episode_index", storage.url(p), i), p, row) for i, row in enumerate(table, 1))
-    for ep, p, row in sorted(rows, key=lambda r: r[0]):
+        rows.extend((_whole(row, "episode_index", storage.url(p), i), p, i, row) for i, row in enumerate(table, 1))
+    for ep, p, n, row in sorted(rows, key=lambda r: r[0]):
         where = f"{storage.url(p)}: episode {ep}"
         try:
             data = fill(
@@ -394,35 +407,55 @@ def _load_v30(meta: LeRobotMeta, storage: Storage) -> None:
                         chunk_index=row[pre + "chunk_index"],
                         file_index=row[pre + "file_index"],
                     ),
-                    float(row[pre + "from_timestamp"]),
-                    float(row[pre + "to_timestamp"]),
+                    _seconds(row, pre + "from_timestamp", where),
+                    _seconds(row, pre + "to_timestamp", where),
                 )
             entry = EpisodeEntry(
                 ep,
-                _whole(row, "length", where, ep),
+                _whole(row, "length", where, n),
                 list(row.get("tasks") or []),
                 data,
-                _whole(row, "dataset_from_index", where, ep),
+                _whole(row, "dataset_from_index", where, n),
                 videos,
                 row,
             )
         except KeyError as e:
             raise LeRobotFormatError(f"the episodes table has no column {e}", path=where) from e
-        entry.stats = unflatten_stats(row)
+        entry.stats = unflatten_stats(row, where)
         meta.episodes.append(entry)
 
 
-def _stats_numpy(stats: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, np.ndarray]]:
-    return {k: {s: np.asarray(v) for s, v in d.items()} for k, d in stats.items()}
+def _stats_numpy(stats: Any, where: str, ep: int) -> dict[str, dict[str, np.ndarray]]:
+    """v2.1's ``stats`` of episode ``ep`` (episodes_stats.jsonl, at ``where``): features mapped to
+    objects of statistics, each numbers (``_stat``)."""
+    if not isinstance(stats, dict) or not all(isinstance(d, dict) for d in stats.values()):
+        raise LeRobotFormatError("'stats' must map features to objects of statistics", path=where,
+                                 member=f"episode {ep}", noun="")
+    return {k: {s: _stat(v, where, f"episode {ep}, stats {k}/{s}") for s, v in d.items()} for k, d in stats.items()}
 
 
-def unflatten_stats(row: Mapping[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """v3.0's ``stats/<feature>/<stat>`` columns as ``{feature: {stat: array}}``."""
+def _stat(value: Any, where: str, member: str) -> np.ndarray:
+    """A statistic as a numeric array: a ragged list or text would fail later, in numpy, in a
+    merge or an export, naming nothing."""
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError):
+        arr = None
+    if arr is None or arr.dtype.kind not in "biuf":
+        raise LeRobotFormatError(f"{str(value)[:80]} is not an array of numbers", path=where, member=member, noun="")
+    return arr
+
+
+def unflatten_stats(row: Mapping[str, Any], where: str = "") -> dict[str, dict[str, np.ndarray]]:
+    """v3.0's ``stats/<feature>/<stat>`` columns as ``{feature: {stat: array}}`` (``where``: the
+    episodes file and episode, for errors)."""
     out: dict[str, dict[str, np.ndarray]] = {}
     for key, value in row.items():
         if key.startswith("stats/") and value is not None:
-            feature, stat = key[len("stats/") :].rsplit("/", 1)
-            out.setdefault(feature, {})[stat] = np.asarray(value)
+            feature, _, stat = key[len("stats/") :].rpartition("/")
+            if not feature or not stat:
+                raise LeRobotFormatError(f"column {key!r} is not stats/<feature>/<statistic>", path=where)
+            out.setdefault(feature, {})[stat] = _stat(value, where, key)
     return out
 
 

@@ -114,7 +114,7 @@ def episode_stats(
     wanted = (*BASE_STATS, *QUANTILES) if quantiles else BASE_STATS
     out: dict[str, Stats] = {}
     for name in source or values:
-        kept = {k: np.asarray(v, None if k == "count" else np.float64) for k, v in (source.get(name) or {}).items()}
+        kept = _numbers(source.get(name))
         expect = len(sample_indices(rows)) if name in pictures else rows
         counted = "count" in kept and int(kept["count"].ravel()[0]) == expect
         have = kept
@@ -124,6 +124,21 @@ def episode_stats(
             have = {**fresh, **kept} if counted else fresh
         if have:
             out[name] = {k: v for k, v in have.items() if k in wanted or k in kept}
+    return out
+
+
+def _numbers(stats: object) -> Stats:
+    """The statistics of ``stats`` (a feature's, as kept in a store's metadata) that are numbers, as
+    floats (``count`` as it is); one that is not (the metadata edited by hand) is left out, so it
+    is computed again like a missing one."""
+    out: Stats = {}
+    for k, v in stats.items() if isinstance(stats, Mapping) else ():
+        try:
+            arr = np.asarray(v, None if k == "count" else np.float64)
+        except (ValueError, TypeError):
+            continue
+        if arr.dtype.kind in "biuf" and arr.size:
+            out[k] = arr
     return out
 
 

@@ -94,6 +94,9 @@ def _check_metadata(meta: Mapping[str, Any] | None, report: FormatReport, where:
         if key in meta and not isinstance(meta[key], str):
             report.add("error", "metadata", f"{key} is a {type(meta[key]).__name__}", file=where, field=key,
                        expected="a serialized space (a JSON string), as minari reads it")
+        elif key in meta and spaces.parse(meta[key]) is None:  # minari's loader deserializes it on open
+            report.add("error", "metadata", f"{key} {meta[key][:80]!r} is not a JSON object", file=where, field=key,
+                       expected="a serialized space (a JSON object), as minari reads it")
         elif key not in meta and not isinstance(meta.get("env_spec"), str):
             report.add("error", "metadata", f"no {key} and no env_spec", file=where, field=key,
                        expected="a serialized space, or an env_spec to build the environment from")
