@@ -94,7 +94,8 @@ def frame_of(step, source: dict[str, tuple[str, list[str]]], task: str | None) -
     return frame
 
 
-def port(src: Path, out: Path, fps: int, task: str | None) -> int:
+def port(src: Path, out: Path, fps: int, task: str | None) -> None:
+    """RLDS at ``src`` into a LeRobot v3.0 dataset at ``out``, step by step through LeRobot's recorder."""
     from lerobot.datasets import LeRobotDataset
 
     builder = open_rlds(src)
@@ -103,14 +104,11 @@ def port(src: Path, out: Path, fps: int, task: str | None) -> int:
         raise SystemExit(f"{src}: the steps have no language_instruction: give --task")
     feats, source = lerobot_features(steps)
     dataset = LeRobotDataset.create(repo_id="bench/port-rlds", fps=fps, features=feats, root=out)
-    frames = 0
     for episode in builder.as_dataset(split="train"):
         for step in episode["steps"]:
             dataset.add_frame(frame_of(step, source, task))
-            frames += 1
         dataset.save_episode()
     dataset.finalize()
-    return frames
 
 
 def load(out: Path) -> str:
