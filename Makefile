@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: help venv energon6 tfds lerobot doctor test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot
+.PHONY: help venv energon6 tfds lerobot doctor test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot bench-rlds-peer
 
 help:
 	@echo "make demo   - make a small dataset, prepare it, read samples at random"
@@ -17,6 +17,7 @@ help:
 	@echo "make bench  - the benchmarks of tools/bench (large data, minutes)"
 	@echo "make bench-quick - the same scripts on tiny data (a few minutes; figures mean nothing)"
 	@echo "make bench-lerobot - LeRobot loaders: shardstore, LeRobotDataset, lerobot-lancedb (optional; long)"
+	@echo "make bench-rlds-peer - RLDS -> LeRobot v3.0: shardstore against LeRobot's own port script (optional)"
 
 # Two steps in one venv: `make demo` needs only the package and Pillow (`.base`, well under a minute);
 # `make test` adds the whole tool chain on top (torch, megatron-energon, minari, moto, ruff, mypy, ...).
@@ -156,5 +157,25 @@ $(LEROBOT)/.lancedb: $(LEROBOT)/.installed
 bench-lerobot: venv $(LEROBOT)/.lancedb
 	$(PY) tools/bench/lerobot_loader.py --data /work/benchdata/lerobot-loader --json docs/bench/lerobot-loader.json
 
+# Optional, never part of `make test`: the peer of the RLDS -> LeRobot v3.0 conversion, what LeRobot users
+# run today (lerobot's examples/port_datasets/port_droid.py: tensorflow_datasets reads, LeRobotDataset
+# writes, in one Python). A bench-only venv on the same Python as $(LEROBOT), which it sees through a .pth
+# file (lerobot 0.6.1 and its pins used as they are, that venv never changed), adds tensorflow-cpu and
+# tensorflow-datasets at the TFDS venv's pins, held to $(LEROBOT)'s versions (numpy, protobuf, ...) by a
+# constraints file: pip fails rather than move one of lerobot's pins. h5py is left free: only
+# shardstore[convert] has it there, and tensorflow-cpu 2.21 wants an older one (kept in this venv alone).
+LEROBOT_RLDS ?= .venv-lerobot-rlds
+$(LEROBOT_RLDS)/.installed: $(LEROBOT)/.installed tests/convert/tfds-requirements.txt
+	rm -rf $(LEROBOT_RLDS)
+	$(LEROBOT)/bin/python -m venv $(LEROBOT_RLDS)
+	$(LEROBOT)/bin/python -c 'import os, sysconfig; print(os.path.realpath(sysconfig.get_paths()["purelib"]))' > \
+	  "$$($(LEROBOT_RLDS)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/lerobot-venv.pth"
+	$(LEROBOT)/bin/python -m pip freeze --exclude-editable | grep -v -e ' @ ' -e '^h5py==' > $(LEROBOT_RLDS)/constraints.txt
+	$(LEROBOT_RLDS)/bin/python -m pip install -q -c $(LEROBOT_RLDS)/constraints.txt -r tests/convert/tfds-requirements.txt
+	touch $@
+
+bench-rlds-peer: venv $(LEROBOT_RLDS)/.installed
+	$(PY) tools/bench/convert.py --pairs rlds:lerobot-v3.0 --episodes 200 --steps 20 --size 64
+
 clean:
-	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(LEROBOT) $(LEROBOT03) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache
+	rm -rf $(VENV) $(ENERGON6) $(TFDS) $(LEROBOT) $(LEROBOT03) $(LEROBOT_RLDS) $(WIDS_VENV) $(RATARMOUNT_VENV) demo-data .pytest_cache

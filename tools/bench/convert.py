@@ -19,9 +19,17 @@ temporary dataset, export), the ratio its time over the floor's (target: within 
 system of this process, its threads and children; a peer's own clock: steadier than wall time on a
 shared machine).
 
+RLDS -> LeRobot v3.0 is also held against the conversion LeRobot users run today (the peer: LeRobot's
+port script, examples/port_datasets/port_droid.py of lerobot 0.6.1, done on this source by
+tools/bench/port_rlds_lerobot.py: tfds reads, ``LeRobotDataset`` writes, in .venv-lerobot-rlds, which
+``make bench-rlds-peer`` makes), timed by its own clock from after its imports, its output and
+shardstore's loaded with ``LeRobotDataset`` (episode and frame counts checked). Without that venv the
+bench says so and goes on.
+
 Example (quick): .venv/bin/python tools/bench/convert.py --episodes 20 --steps 20 --work /tmp/bench-convert
 Without the venvs: .venv/bin/python tools/bench/convert.py --formats minari-hdf5,minari-arrow,episode-wds
 One pair (its two formats' floors alone): .venv/bin/python tools/bench/convert.py --pairs lerobot-v2.1:rlds
+The peer's pair: .venv/bin/python tools/bench/convert.py --pairs rlds:lerobot-v3.0 --episodes 200 --steps 20 --size 64
 Full: .venv/bin/python tools/bench/convert.py --episodes 200 --steps 50 --json docs/bench/convert.json
 """
 
@@ -51,6 +59,8 @@ TO = {"minari-hdf5": ("minari", {"backend": "hdf5"}), "minari-arrow": ("minari",
       "lerobot-v2.1": ("lerobot", {"version": "2.1", "fps": 10}), "lerobot-v3.0": ("lerobot", {"version": "3.0", "fps": 10}),
       "rlds": ("rlds", {}), "episode-wds": ("episode-wds", {})}
 CAMERA = "observation.images.front"
+PEER_PAIR, PEER_VENV = ("rlds", "lerobot-v3.0"), ".venv-lerobot-rlds"
+PEER = "LeRobot's port script"
 
 TFDS_WRITE = """
 import sys, time, numpy as np, tensorflow as tf, tensorflow_datasets as tfds
@@ -137,13 +147,24 @@ def clean_env() -> dict[str, str]:
 
 def run_peer(python: Path, code: str, *args: object) -> list[float]:
     """The numbers of the peer's ``TIME`` line: its own clock (wall, CPU), its start-up left out."""
-    res = subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True, text=True, timeout=3600,
-                         env=clean_env())
+    return [float(x) for x in tagged(run([str(python), "-c", code, *map(str, args)]), "TIME")]
+
+
+def run(argv: list[str], **env: str) -> str:
+    """A peer's standard output; its last error line (or the tail of its stderr) raised if it fails."""
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=3600, env={**clean_env(), **env})
     if res.returncode != 0:
         errors = [x for x in res.stderr.splitlines() if "Error" in x and "libav" not in x and "torchcodec" not in x]
         raise RuntimeError(f"exit {res.returncode}: {errors[-1] if errors else res.stderr[-300:]}")
-    line = next(x for x in reversed(res.stdout.splitlines()) if x.startswith("TIME "))
-    return [float(x) for x in line.split()[1:]]
+    return res.stdout
+
+
+def tagged(stdout: str, tag: str) -> list[str]:
+    """The words after ``tag`` on the peer's last line that starts with it."""
+    line = next((x for x in reversed(stdout.splitlines()) if x.startswith(tag + " ")), None)
+    if line is None:
+        raise RuntimeError(f"no {tag} line in the peer's output")
+    return line.split()[1:]
 
 
 # ----- sources --------------------------------------------------------------------------------------
@@ -320,6 +341,51 @@ def convert_time(src: Path, fmt: str, tgt: str, work: Path) -> tuple[Times | Non
     return since(t0), ""
 
 
+# ----- the peer: what LeRobot users run (RLDS -> LeRobot v3.0) -------------------------------------
+def peer_port(src: Path, work: Path, episodes: int, steps: int) -> dict[str, object]:
+    """LeRobot's port script on the RLDS source (tools/bench/port_rlds_lerobot.py in its venv), with the
+    decisions shardstore is given (fps, task), and both outputs loaded by ``LeRobotDataset`` there."""
+    py = venv_python(PEER_VENV)
+    if py is None:
+        return {"error": f"no {PEER_VENV} (`make bench-rlds-peer` makes it: tfds and lerobot 0.6.1 in one Python)"}
+    script = str(ROOT / "tools" / "bench" / "port_rlds_lerobot.py")
+    out = work / "out" / "rlds-to-lerobot-v3.0-peer"
+    shutil.rmtree(out, ignore_errors=True)
+    task = str(decisions(*PEER_PAIR)["task"])
+    try:
+        stdout = run([str(py), script, str(src), str(out), "--fps", str(TO[PEER_PAIR[1]][1]["fps"]), "--task", task],
+                     HF_HUB_OFFLINE="1")
+        wall, cpu = (float(x) for x in tagged(stdout, "TIME"))
+        peer_loaded = tagged(stdout, "LOADED")
+        ours = work / "out" / f"{PEER_PAIR[0]}-to-{PEER_PAIR[1]}"
+        ours_loaded = tagged(run([str(py), script, str(src), str(ours), "--load-only"], HF_HUB_OFFLINE="1"), "LOADED")
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        return {"error": str(e)}
+    expected = [str(episodes), str(episodes * steps)]
+    wrong = [f"{who} loads {got[0]} episodes, {got[1]} frames" for who, got in (("the peer's output", peer_loaded),
+             ("shardstore's output", ours_loaded)) if got[:2] != expected]
+    return {"name": PEER, "script": "lerobot 0.6.1 examples/port_datasets/port_droid.py (tools/bench/port_rlds_lerobot.py)",
+            "seconds": wall, "cpu_seconds": cpu, "steps_per_s": episodes * steps / wall,
+            "loaded": {"peer": peer_loaded, "shardstore": ours_loaded},
+            "error": "; ".join(wrong) + (f" (expected {expected[0]} episodes, {expected[1]} frames)" if wrong else "")}
+
+
+def print_peer(row: dict) -> None:
+    """The peer's line under its pair: steps/s, wall and CPU seconds beside shardstore's and the floor's."""
+    peer = row["peer"]
+    if peer.get("seconds") is None:
+        print(f"  peer: {PEER}: left out: {peer['error']}")
+        return
+    print(f"  peer: {PEER + ' (lerobot 0.6.1)':32} {peer['steps_per_s']:11,.0f}  wall / CPU seconds: peer "
+          f"{peer['seconds']:.1f} / {peer['cpu_seconds']:.1f}" + (
+              f", shardstore {row['seconds']:.1f} / {row['cpu_seconds']:.1f}" if row["seconds"] else "") + (
+              f", floor {row['floor_seconds']:.1f} / {row['floor_cpu_seconds']:.1f}" if row["floor_seconds"] else "") + (
+              f"; loaded: peer {' '.join(peer['loaded']['peer'][:2])}, shardstore "
+              f"{' '.join(peer['loaded']['shardstore'][:2])} (episodes frames)") + (
+              f"; shardstore's time / the peer's: {peer['ratio']:.2f}x wall, {peer['cpu_ratio']:.2f}x CPU" if "ratio" in peer
+              else "") + (f"  {peer['error']}" if peer["error"] else ""))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=200)
@@ -373,6 +439,11 @@ def main() -> None:
         ratio = f"{row['ratio']:5.2f}x" if row["ratio"] else f"{'':>6}"
         cpu = f"{row['cpu_ratio']:8.2f}x" if row["cpu_ratio"] else f"{'':>9}"
         print(f"{fmt + ' -> ' + tgt:34} {fig} {fl} {ratio} {cpu}" + (f"  {error}" if error else ""))
+        if (fmt, tgt) == PEER_PAIR:
+            row["peer"] = peer = peer_port(sources[fmt], work, args.episodes, args.steps)
+            if took and peer.get("seconds"):  # shardstore's time over the peer's
+                peer.update(ratio=took[0] / peer["seconds"], cpu_ratio=took[1] / peer["cpu_seconds"])
+            print_peer(row)
     if missing:
         print(f"left out (no library or venv): {', '.join(missing)}")
     result = {"episodes": args.episodes, "steps_per_episode": args.steps, "size": args.size,
