@@ -94,14 +94,14 @@ class LeRobotDataset(_tud.Dataset):  # type: ignore[type-arg]
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """The items of ``indices``, their frames decoded together (a DataLoader's batch)."""
         steps = [self._locate(int(i)) for i in indices]
-        return [self._item(raw) for raw in self.view.get_many(steps, self.delta_indices)]
+        return [self._item(raw) for raw in self.view.get_many(steps, self.delta_indices, frames=chw_float)]
 
     def _item(self, raw: dict[str, Any]) -> dict[str, Any]:
         item: dict[str, Any] = {}
         for f in self.view.schema.fields:
             value = raw[f.name]
             if f.kind == "video":
-                item[f.name] = chw_float(value)
+                item[f.name] = value  # made by chw_float from the decoded frames (get_many)
             elif _is_image(f):
                 item[f.name] = chw_float(_decode_images(value))
             elif f.kind == "array":
