@@ -24,8 +24,10 @@ import numpy as np
 
 __all__ = ["BufferPool", "FRAMES"]
 
-#: Free bytes a pool keeps at most (``SHARDSTORE_BUFFER_POOL_MB``): a few items' frames.
-LIMIT = int(float(os.environ.get("SHARDSTORE_BUFFER_POOL_MB", "128")) * 2**20)
+#: Free bytes a pool keeps at most (``SHARDSTORE_BUFFER_POOL_MB``): a batch of 32 16-frame windows
+#: of two 224x224 cameras is 600 MB of floats, freed when the DataLoader has collated it; what is
+#: kept is what the next batch takes, so the pool holds no more than the batches use at once.
+LIMIT = int(float(os.environ.get("SHARDSTORE_BUFFER_POOL_MB", "640")) * 2**20)
 #: Below this, malloc's own free lists serve as well.
 SMALLEST = 1 << 20
 
