@@ -28,8 +28,9 @@ __all__ = ["BufferPool", "FRAMES"]
 #: of two 224x224 cameras is 600 MB of floats, freed when the DataLoader has collated it; what is
 #: kept is what the next batch takes, so the pool holds no more than the batches use at once.
 LIMIT = int(float(os.environ.get("SHARDSTORE_BUFFER_POOL_MB", "640")) * 2**20)
-#: Below this, malloc's own free lists serve as well.
-SMALLEST = 1 << 20
+#: Below this, malloc's own free lists serve as well (glibc maps anything from 128 KiB on afresh
+#: until a free raises its threshold, and a batch keeps many alive: one 224x224 frame is 600 KB).
+SMALLEST = 128 << 10
 
 
 class BufferPool:

@@ -11,7 +11,7 @@ from shardstore.bufferpool import SMALLEST, BufferPool
 
 def test_buffer_comes_back_after_the_last_view() -> None:
     pool = BufferPool(np.float32, limit=64 * SMALLEST)
-    shape = (4, SMALLEST // 4)  # 4 MiB of float32
+    shape = (4, SMALLEST // 4)  # 4 x SMALLEST bytes of float32
     a = pool.take(shape)
     a[...] = 1.0
     view = a[1:]  # numpy's view points past ``a``: it must still hold the buffer

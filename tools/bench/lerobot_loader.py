@@ -18,7 +18,8 @@ recorder writes 2; ``observation.state`` and ``action``), imported with ``import
   scaler per call, which cost more than decoding): what no reader that decodes the videos goes
   below, but for the float conversion LeRobot's items add (a 224x224 frame is 600 KB of floats).
 
-Reads, each in items per second (best of ``--repeat``, warm page cache) of wall time and of the
+Reads, each in items per second (best of ``--repeat``, warm page cache, after a warm-up on other
+indices: an item, or a batch for the readers that have batches) of wall time and of the
 reader process's CPU time (``item cpu``, ``batch cpu``: what compares on a machine others load),
 per item (``ds[i]``) and, for the readers that have one, in batches of 32 (``ds.__getitems__``,
 what a DataLoader calls):
@@ -213,7 +214,13 @@ def run(kind: str, path: str, spec: dict[str, Any]) -> dict[str, Any]:
         rng = random.Random(read)
         indices = [rng.randrange(len(ds)) for _ in range(spec["items"] if read == "frame" else spec["windows"])]
         has_batch = hasattr(ds, "__getitems__")
-        (ds.__getitems__ if has_batch else ds.__getitem__)(indices[:4] if has_batch else indices[0])  # open, warm
+        # open and warm up on other indices: a batch reader on a whole batch (its first batch
+        # allocates what later ones reuse: the steady state of a training loop is what is timed)
+        warm = random.Random(f"{read} warm-up")
+        if has_batch:
+            ds.__getitems__([warm.randrange(len(ds)) for _ in range(BATCH)])
+        else:
+            ds[warm.randrange(len(ds))]
         out[read] = {"open s": opened}
         if not spec.get("batch_only"):
             out[read]["item"], out[read]["item cpu"] = per_item(ds, indices, repeat)
