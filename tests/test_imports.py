@@ -68,6 +68,7 @@ STAGES = {
     "edit": 6,  # episode-level edits of the store (DESIGN section 2: beside convert)
     "cli": 6,
     "resources": 0,  # close() and with-blocks: imports nothing
+    "bufferpool": 0,  # large arrays taken back when freed (the LeRobot drop-in's float frames): imports nothing
     "membercheck": 2,  # the headers before a member's data (tarscan's level)
     "member_reads": 4,  # Dataset's reads by member name (a part of dataset)
     "__init__": 7,  # the package itself re-exports from all of them

@@ -43,6 +43,7 @@ __all__ = [
     "PacketIndex",
     "PacketSource",
     "PacketReader",
+    "served",
     "index_packets",
     "save_packets",
     "load_packets",
@@ -172,9 +173,6 @@ class PacketSource:
 
     index: PacketIndex
     read: Callable[[int, int], bytes]
-    #: Many ``(offset, size)`` at once, concurrently (a batch's groups of pictures over S3 in about
-    #: one round trip); None: one ``read`` after another.
-    read_many: Callable[[list[tuple[int, int]]], list[bytes]] | None = None
 
 
 def index_packets(open_file: Callable[[], IO[bytes]], name: str) -> PacketIndex | None:
@@ -382,19 +380,14 @@ class PacketReader:
         self.decoded: dict[str, int] = {}
 
     def frames(
-        self,
-        name: str,
-        index: PacketIndex,
-        read: Callable[[int, int], bytes],
-        wanted: Iterable[int],
-        read_many: Callable[[list[tuple[int, int]]], list[bytes]] | None = None,
+        self, name: str, index: PacketIndex, read: Callable[[int, int], bytes], wanted: Iterable[int]
     ) -> list[np.ndarray]:
         """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB, in the order asked.
         ``read(offset, size)`` gives the file's bytes. Frames are decoded in file order, each
         group of pictures from its keyframe once (frames of one group share it); the packets of
         neighbouring groups are read in one go, a gap of unneeded groups (a batch's frames spread
-        over a file) starts a new read instead of reading through it; with ``read_many`` the
-        runs' stretches are read at once before decoding."""
+        over a file) starts a new read instead of reading through it (``stretches`` names those
+        reads beforehand, for a caller reading many files' at once)."""
         wanted = list(wanted)
         got = {i: self._kept[(name, i)] for i in wanted if (name, i) in self._kept}
         todo = sorted(set(wanted) - set(got))
@@ -406,12 +399,15 @@ class PacketReader:
             reformatter = self._reformatters.get(kind)
             if reformatter is None:
                 reformatter = self._reformatters[kind] = self.av.video.reformatter.VideoReformatter()
-            runs = _runs(index, todo)
-            if read_many is not None and len(runs) > 1:
-                read = _prefetched(read, read_many, [_stretch(index, run) for run in runs])
-            for run in runs:
+            for run in _runs(index, todo):
                 self._decode_run(name, index, read, run, decoder, reformatter, got)
         return [got[i] for i in wanted]
+
+    def stretches(self, name: str, index: PacketIndex, wanted: Iterable[int]) -> list[tuple[int, int]]:
+        """``(offset, size)`` of the reads ``frames(name, index, ..., wanted)`` would make at most:
+        a stretch of packets per run of its groups of pictures (frames kept need none)."""
+        todo = sorted({i for i in wanted if (name, i) not in self._kept})
+        return [_stretch(index, run) for run in _runs(index, todo)] if todo else []
 
     def _decode_run(
         self,
@@ -461,11 +457,8 @@ def _stretch(index: PacketIndex, run: list[int]) -> tuple[int, int]:
     return lo, int(index.pos[last] + index.size[last]) - lo
 
 
-def _prefetched(
-    read: Callable[[int, int], bytes], read_many: Callable[[list[tuple[int, int]]], list[bytes]], spans: list[tuple[int, int]]
-) -> Callable[[int, int], bytes]:
-    """``read`` served from ``spans`` read at once by ``read_many`` (a read outside them: ``read``)."""
-    datas = read_many(spans)
+def served(read: Callable[[int, int], bytes], spans: list[tuple[int, int]], datas: list[bytes]) -> Callable[[int, int], bytes]:
+    """``read`` served from ``spans`` already read (``datas``); a read outside them: ``read``."""
 
     def cached(offset: int, size: int) -> bytes:
         for (lo, n), data in zip(spans, datas, strict=True):

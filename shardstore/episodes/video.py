@@ -45,6 +45,7 @@ from .packets import (
     index_packets,
     load_packets,
     rgb24,
+    served,
 )
 
 __all__ = [
@@ -298,7 +299,9 @@ class FrameDecoder:
     """Frames of videos by (name, timestamp), with open videos cached per process.
 
     ``opener(name)`` gives a seekable binary file of the video (a ``RangeFile`` over a tar
-    member, a local file). Safe to share between threads (one lock); after a fork the child starts
+    member, a local file); ``read_many([(name, offset, size), ...])``, when given, reads the
+    packets of many files at once (S3: concurrently, every camera's groups of pictures of a batch
+    in one round trip), else each file's are read as it is decoded. Safe to share between threads (one lock); after a fork the child starts
     with an empty cache, since a container's state cannot be shared between processes.
     """
 
@@ -307,9 +310,11 @@ class FrameDecoder:
         opener: Callable[[str], IO[bytes]],
         max_open: int = OPEN_VIDEOS,
         packets: Callable[[str], PacketSource | None] | None = None,
+        read_many: Callable[[list[tuple[str, int, int]]], list[bytes]] | None = None,
     ) -> None:
         self.opener = opener
         self.packets = packets
+        self.read_many = read_many
         self._sources: dict[str, PacketSource | None] = {}
         self._reader: PacketReader | None = None
         self.max_open = max_open
@@ -351,16 +356,35 @@ class FrameDecoder:
         """The frame of ``name`` shown at ``timestamp`` seconds, HWC uint8 RGB."""
         return self.frames([VideoRef(name, timestamp, -1)])[0]
 
-    def _frames_of(self, name: str, timestamps: list[float]) -> list[np.ndarray]:
-        self._forked()
+    def _frames_of(self, name: str, timestamps: list[float], read: Callable[[int, int], bytes] | None) -> list[np.ndarray]:
         source = self._source(name)
         if source is None:
             video = self._video(name)
             return [video.frame(t) for t in timestamps]
+        index = source.index
+        return self._packet_reader().frames(name, index, read or source.read, index.frames_at(timestamps, name))
+
+    def _packet_reader(self) -> PacketReader:
         if self._reader is None:
             self._reader = PacketReader()
-        index = source.index
-        return self._reader.frames(name, index, source.read, index.frames_at(timestamps, name), source.read_many)
+        return self._reader
+
+    def _prefetch(self, by_file: dict[str, list[float]]) -> dict[str, Callable[[int, int], bytes]]:
+        """Per indexed file, a ``read`` served from its stretches of packets for ``by_file``'s
+        frames, all read in one ``read_many`` call (none without ``read_many``)."""
+        if self.read_many is None:
+            return {}
+        plans: dict[str, tuple[PacketSource, list[tuple[int, int]]]] = {}
+        for name, times in by_file.items():
+            source = self._source(name)
+            if source is not None:
+                spans = self._packet_reader().stretches(name, source.index, source.index.frames_at(times, name))
+                if spans:
+                    plans[name] = (source, spans)
+        if sum(len(spans) for _, spans in plans.values()) < 2:
+            return {}
+        datas = iter(self.read_many([(name, lo, n) for name, (_, spans) in plans.items() for lo, n in spans]))
+        return {name: served(source.read, spans, [next(datas) for _ in spans]) for name, (source, spans) in plans.items()}
 
     def indexed(self, name: str) -> bool:
         """Whether ``name`` is read at the packet level (else through the demuxer)."""
@@ -385,14 +409,16 @@ class FrameDecoder:
         """The frames of ``refs`` in the order asked, decoded together in file and time order,
         each distinct frame once (a batch's or a window's frames: one keyframe start per group of
         pictures, frames of one group decoded on from it)."""
-        by_file: dict[str, set[float]] = {}
+        distinct: dict[str, set[float]] = {}
         for r in refs:
-            by_file.setdefault(r.file, set()).add(r.timestamp)
+            distinct.setdefault(r.file, set()).add(r.timestamp)
+        by_file = {name: sorted(distinct[name]) for name in sorted(distinct)}
         got: dict[tuple[str, float], np.ndarray] = {}
         with self._lock:
-            for name in sorted(by_file):
-                times = sorted(by_file[name])
-                got.update(zip(((name, t) for t in times), self._frames_of(name, times), strict=True))
+            self._forked()
+            reads = self._prefetch(by_file)
+            for name, times in by_file.items():
+                got.update(zip(((name, t) for t in times), self._frames_of(name, times, reads.get(name)), strict=True))
         return [got[(r.file, r.timestamp)] for r in refs]
 
     def close(self) -> None:
@@ -461,12 +487,14 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
             return None
         index.check(rng.size, name)
         storage, base = self.store.storage, rng.offset
-        remote = storage.local_path(path) is None  # local files: one pread after another is faster
-        return PacketSource(
-            index,
-            lambda offset, size: storage.read_at(path, base + offset, size),
-            (lambda spans: storage.read_ranges([(path, ByteRange(base + offset, size)) for offset, size in spans]))
-            if remote else None,
+        return PacketSource(index, lambda offset, size: storage.read_at(path, base + offset, size))
+
+    def read_many(self, spans: list[tuple[str, int, int]]) -> list[bytes]:
+        """Bytes ``offset .. offset + size`` of each ``(name, offset, size)``, in one concurrent
+        ``read_ranges`` (S3: one round trip for a batch's groups of pictures of every camera)."""
+        located = [self.store.locate(name) for name, _, _ in spans]
+        return self.store.storage.read_ranges(
+            [(path, ByteRange(rng.offset + offset, size)) for (path, rng), (_, offset, size) in zip(located, spans, strict=True)]
         )
 
     def packet_indexes(self) -> dict[str, PacketIndex] | None:
@@ -485,7 +513,8 @@ class VideoStore(Mapping[str, Callable[[], IO[bytes]]]):
     @property
     def decoder(self) -> FrameDecoder:
         if self._decoder is None:
-            self._decoder = FrameDecoder(self.open, packets=self.source)
+            remote = self.store.storage.local_path("") is None  # local files: one pread after another is faster
+            self._decoder = FrameDecoder(self.open, packets=self.source, read_many=self.read_many if remote else None)
         return self._decoder
 
     def __getitem__(self, name: str) -> Callable[[], IO[bytes]]:

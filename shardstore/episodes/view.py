@@ -16,7 +16,7 @@ give the per-step ``VideoRef`` references, which an export cuts the files by. St
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,8 @@ _KEY_FIXED, _KEY_LEN = 11, 17
 _LOCAL_GAP = 4096
 #: Bytes read: a memoryview when cut from a larger read.
 Buffer = bytes | memoryview
+#: ``rows(lo, hi)``: every field's rows ``lo .. hi - 1`` of an episode already read.
+RowReader = Callable[[int, int], dict[str, Any]]
 #: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
 DICT_KEYS = ("obs", "next_obs", "acts", "dones")
 
@@ -347,10 +349,14 @@ class Episodes:
 
     def _column_episode(self, e: int) -> dict[str, Any]:
         """Every field of episode position ``e``: one read of its sample, its first header checked."""
-        return self._column_fields(e, self._read_range(e, 0, 1))
+        n = int(self._steps[e])
+        return self._column_reader(e, self._read_range(e, 0, 1))(0, n + 1 if self._extra else n)
 
-    def _column_fields(self, e: int, read: tuple[ShardRef, int, bytes, list[int]]) -> dict[str, Any]:
-        """Every field of episode position ``e`` from the read of its sample."""
+    def _column_reader(self, e: int, read: tuple[ShardRef, int, bytes, list[int]]) -> RowReader:
+        """``rows(lo, hi)``: every field's rows ``lo .. hi - 1`` of episode position ``e``, from the
+        read of its sample (checked once here). A batch reads whole episodes at once (one round
+        trip on S3) but takes a row or two of each: only those rows become values (building a
+        whole episode's frame references cost a random frame more than decoding it)."""
         cl = self._columns
         assert cl is not None
         n = int(self._steps[e])
@@ -362,7 +368,8 @@ class Episodes:
         first = cl.blobs_at(rows)
         view = memoryview(data)[first:] if cl.variable else memoryview(b"")
         cl.blob_span(rec, len(view), where)
-        return cl.fields(rec, view, 0, 0, n, self._video_names, where)
+        names = self._video_names
+        return lambda lo, hi: cl.fields(rec[lo:hi], view, 0, lo, n, names, where)
 
     def _read_samples(self, e: int, lo: int, hi: int) -> list[dict[str, bytes]]:
         """The parts of samples ``lo .. hi - 1`` of episode position ``e``: one read of their range."""
@@ -585,7 +592,7 @@ class Episodes:
         *,
         fields: Collection[str] | None = None,
         decode: bool = True,
-        steps: Mapping[str, Any] | None = None,
+        steps: RowReader | None = None,
     ) -> dict[str, Any]:
         """Step ``t`` of episode position ``e`` with, for each field named in ``offsets``, its rows
         at ``t + offset`` stacked (a policy's observation history and action chunk, LeRobot's
@@ -596,7 +603,8 @@ class Episodes:
         50-step action chunk decode two frames per camera, in time order, one keyframe start per
         group of pictures. ``fields`` keeps only those fields (default all: a camera left out is
         not decoded); ``decode=False`` leaves video fields as ``VideoRef`` (for ``get_many``);
-        ``steps``: the episode's fields already read (``get_many`` reads a batch's at once).
+        ``steps``: a reader of the episode's rows already read (``get_many`` reads a batch's
+        episodes at once).
         """
         e = self._e(e)
         n = int(self._steps[e])
@@ -610,8 +618,8 @@ class Episodes:
         idx = {name: np.clip(w, 0, n - 1) for name, w in want.items()}
         reach = [t, *(int(i.min()) for i in idx.values() if len(i)), *(int(i.max()) for i in idx.values() if len(i))]
         lo, hi = min(reach), max(reach) + 1
-        if steps is not None:  # the episode's rows, already read (a batch)
-            rows, base = steps, 0
+        if steps is not None:  # the episode, already read (a batch): its rows reached
+            rows, base = steps(lo, hi), lo
         elif self._columns is not None:  # the rows reached, one read (as a window)
             rows, base = self._column_rows(e, lo, hi), lo
         elif self.granularity == "step":
@@ -633,25 +641,32 @@ class Episodes:
         return out
 
     def get_many(
-        self, steps: Sequence[tuple[int, int]], offsets: Mapping[str, Sequence[int]] | None = None
+        self,
+        steps: Sequence[tuple[int, int]],
+        offsets: Mapping[str, Sequence[int]] | None = None,
+        *,
+        frames: Callable[[list[np.ndarray]], Any] | None = None,
     ) -> list[dict[str, Any]]:
         """``sample(e, t, offsets)`` of each ``(e, t)`` of ``steps``, their frames decoded together
         in file and time order (a batch's frames of one group of pictures share its keyframe start,
-        each distinct frame is decoded once): what a DataLoader's batched fetch calls."""
+        each distinct frame is decoded once): what a DataLoader's batched fetch calls. ``frames``
+        puts one field's frames of an item together (default ``np.stack``, a step's frame as it
+        is; given, a step's is ``frames([frame])[0]``): a loader's own output made straight from
+        the decoded frames, without a stacked copy between."""
         read = self._column_episodes([self._e(e) for e, _ in steps]) if self._columns is not None else {}
         items = [self.sample(e, t, offsets or {}, decode=False, steps=read.get(self._e(e))) for e, t in steps]
-        self._decode_videos(items)
+        self._decode_videos(items, frames)
         return items
 
-    def _column_episodes(self, es: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """The fields of each distinct episode position of ``es`` (columns layout), read at once."""
+    def _column_episodes(self, es: Sequence[int]) -> dict[int, RowReader]:
+        """A row reader of each distinct episode position of ``es`` (columns layout), read at once."""
         distinct = sorted(set(es))
         reads = self._read_ranges([(e, 0, 1) for e in distinct])
-        return {e: self._column_fields(e, read) for e, read in zip(distinct, reads, strict=True)}
+        return {e: self._column_reader(e, read) for e, read in zip(distinct, reads, strict=True)}
 
-    def _decode_videos(self, items: list[dict[str, Any]]) -> None:
+    def _decode_videos(self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
-        refs by the stacked frames), all decoded in one call."""
+        refs by its frames put together: ``put``, default stacked), all decoded in one call."""
         videos = [f.name for f in self.schema.fields if f.kind == "video" and items and f.name in items[0]]
         refs: list[VideoRef] = []
         for item in items:
@@ -661,10 +676,14 @@ class Episodes:
         if not refs:
             return
         frames = iter(self.video.decoder.frames(refs))
+        stack = put or np.stack
         for item in items:
             for name in videos:
                 value = item[name]
-                item[name] = np.stack([next(frames) for _ in value]) if isinstance(value, list) else next(frames)
+                if isinstance(value, list):
+                    item[name] = stack([next(frames) for _ in value])
+                else:
+                    item[name] = next(frames) if put is None else put([next(frames)])[0]
 
     def stream(self) -> EpisodeStream:
         """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),
