@@ -143,6 +143,9 @@ def main() -> None:
       shardstore prepare ./my-dataset --split-ratio 8,1,1 --non-interactive
       shardstore info ./my-dataset
     """
+    # numpy's OpenBLAS starts a thread per core when loaded (~0.03 CPU-s spinning up) for linear
+    # algebra no command does; a user's own setting wins (runs before a command imports numpy)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _ask_dataset_yaml(part_names: list[str]) -> tuple[str, dict[str, str] | None] | None:

@@ -30,6 +30,8 @@ from typing import IO, Any
 import numpy as np
 
 from ..errors import DecodeError
+from .mp4index import sample_table
+from .mp4write import Piece, source_heads, write_indexed
 from .packets import PacketIndex, PacketSource
 from .video import import_av, scheduling_kept
 
@@ -184,14 +186,16 @@ def write_clips(clips: Sequence[Clip], infos: Sequence[VideoInfo], out: str, fps
     )
     cuttable = all(whole_gops(c, i) for c, i in zip(clips, infos, strict=True))
     if same and cuttable:
-        _remux(clips, out)
+        if not _write_indexed(clips, out):
+            _remux(clips, out)
         reencoded = False
     else:
         _reencode(clips, first, out, fps)
         reencoded = True
     want = sum(c.count for c in clips)
     with open(out, "rb") as f:  # the container's own count (its sample table): no demuxing
-        got = probe(f, out, packets=False).frames
+        table = sample_table(f, _file_size(f), out)
+        got = len(table.pts) if table is not None else probe(f, out, packets=False).frames
     if got != want:
         raise DecodeError(f"wrote {got} frames where the clips have {want}", path=out)
     return reencoded
@@ -317,17 +321,10 @@ def _remux(clips: Sequence[Clip], out: str) -> None:
                         ostream = dst.add_stream_from_template(template, opaque=True)
                     source = _indexed(clip, template, delay) if clip.packets is not None else _demuxed(src, clip)
             shown = source.shown
-            if clip.start + clip.count > len(shown):
-                raise DecodeError(
-                    f"frames {clip.start}..{clip.start + clip.count} asked of a video of {len(shown)}",
-                    path=clip.name,
-                )
-            lo = shown[clip.start]
+            chosen, lo = _cut(clip, shown, source.pts)
             end = clip.start + clip.count
-            hi = shown[end] if end < len(shown) else None
             shift = offset - lo
             time_base = source.time_base
-            chosen = np.flatnonzero((source.pts >= lo) & (source.pts < hi if hi is not None else True))
             fields = zip(
                 source.read(chosen.tolist()),
                 (source.pts[chosen] + shift).tolist(),
@@ -347,6 +344,50 @@ def _remux(clips: Sequence[Clip], out: str) -> None:
                 p.stream = ostream
                 dst.mux(p)
             offset += _span(shown, clip.start, end, source.step)
+
+
+def _cut(clip: Clip, shown: Sequence[int] | np.ndarray, pts: np.ndarray) -> tuple[np.ndarray, int]:
+    """The packets (positions in decode order) of the clip's frames, and its first frame's pts;
+    ``shown``: the file's pts in presentation order."""
+    end = clip.start + clip.count
+    if end > len(shown):
+        raise DecodeError(f"frames {clip.start}..{end} asked of a video of {len(shown)}", path=clip.name)
+    lo = int(shown[clip.start])
+    hi = shown[end] if end < len(shown) else None
+    return np.flatnonzero((pts >= lo) & (pts < hi if hi is not None else True)), lo
+
+
+def _write_indexed(clips: Sequence[Clip], out: str) -> bool:
+    """``_remux`` of clips that all have a packet index, written without PyAV (``mp4write``):
+    the same packets and times. False, nothing written, where that writer does not apply (files
+    whose sample descriptions differ, a clip that is not one range of packets)."""
+    sources = {c.name: c.open for c in clips}
+    indexes = [c.packets.index for c in clips if c.packets is not None]
+    if len(indexes) != len(clips) or len({(i.time_base, i.width, i.height) for i in indexes}) != 1:
+        return False
+    time_base = indexes[0].time_base
+    heads = source_heads(list(sources.values()), list(sources))
+    if heads is None or time_base.numerator != 1:
+        return False
+    ftyp, stsd, delay = heads
+    # as ``_indexed``: decode times rise across the joins; a stream the source's muxer delayed
+    # (B-frames: its edit list starts past 0) keeps its delay
+    delay = max([delay] + [_reorder_delay(i) for i in indexes])
+    pieces, offset = [], 0
+    for clip, index in zip(clips, indexes, strict=True):
+        assert clip.packets is not None
+        chosen, lo = _cut(clip, index.shown, index.pts)
+        if not len(chosen) or int(chosen[-1] - chosen[0]) + 1 != len(chosen):
+            return False
+        run = slice(int(chosen[0]), int(chosen[-1]) + 1)
+        shift = offset - lo
+        pieces.append(Piece(clip.packets.read, index.pos[run], index.size[run], index.pts[run] + shift,
+                            index.shown[run] - delay + shift, index.key[run]))
+        steps = np.diff(index.shown)
+        step = int(steps[steps > 0].min()) if (steps > 0).any() else 1  # ``_frame_step``, as ``_remux`` takes it
+        offset += int(_span(index.shown, clip.start, clip.start + clip.count, step))
+    return write_indexed(pieces, ftyp, stsd, time_base.denominator, indexes[0].width, indexes[0].height,
+                         indexes[-1].step, out)
 
 
 def _demuxed(src: Any, clip: Clip) -> _Packets:
@@ -405,7 +446,7 @@ def _frame_step(pts_sorted: Sequence[int]) -> int:
     return min((b - a for a, b in zip(pts_sorted, pts_sorted[1:], strict=False) if b > a), default=1)
 
 
-def _span(pts_sorted: Sequence[int], start: int, end: int, step: int) -> int:
+def _span(pts_sorted: Sequence[int] | np.ndarray, start: int, end: int, step: int) -> int:
     """Duration of frames start..end in pts: up to the next frame, or one frame past the last."""
     last = pts_sorted[end] if end < len(pts_sorted) else pts_sorted[end - 1] + step
     return last - pts_sorted[start]

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import DecodeError
 
-__all__ = ["SampleTable", "sample_table"]
+__all__ = ["SampleTable", "sample_table", "source_boxes"]
 
 #: Top-level boxes walked before giving up on finding the ``moov`` (a file of tiny boxes is not
 #: what an encoder writes; the demuxer reads it instead).
@@ -282,3 +282,43 @@ def _offsets(m: _Moov, stbl: _Box, sizes: np.ndarray) -> np.ndarray:
     chunk_start = np.cumsum(per_chunk) - per_chunk  # each chunk's first sample
     before = ends - sizes - (ends - sizes)[chunk_start[chunk]]  # sizes before it in its chunk
     return chunks[chunk] + before
+
+
+def source_boxes(f: IO[bytes], size: int, name: str) -> tuple[bytes, bytes, int] | None:
+    """The ``ftyp`` box, the sample description box (``stsd``, whole) and the edit list's start
+    (the decode delay a muxer writes for B-frames; 0 without one) of an mp4 with one video track
+    and one sample description, to write another file of its packets (``mp4write``); ``None``
+    for any other file."""
+    f.seek(0)
+    head = f.read(8)
+    if len(head) < 8:
+        return None
+    box, kind = struct.unpack(">I4s", head)
+    if kind != b"ftyp" or not 8 <= box <= min(size, 4096):
+        return None
+    ftyp = head + f.read(box - 8)
+    where = _find_moov(f, size)
+    if where is None or len(ftyp) != box:
+        return None
+    f.seek(where[0])
+    data = f.read(where[1])
+    if len(data) != where[1]:
+        return None
+    m = _Moov(data, where[0], name)
+    tops = m.children(_Box(b"moov", 0, len(data)))
+    traks = [b for b in tops if b.kind == b"trak"]
+    if len(traks) != 1:
+        return None
+    mdia = m.child(traks[0], b"mdia")
+    hdlr = m.child(mdia, b"hdlr")
+    if hdlr.end - hdlr.start < 12 or data[hdlr.start + 8:hdlr.start + 12] != b"vide":
+        return None
+    stsd = m.child(m.child(m.child(mdia, b"minf"), b"stbl"), b"stsd")
+    if stsd.end - stsd.start < 8 or struct.unpack_from(">I", data, stsd.start + 4)[0] != 1:
+        return None
+    if struct.unpack_from(">I", data, stsd.start - 8)[0] != stsd.end - stsd.start + 8:
+        return None  # a 64-bit header: not what a muxer writes for a few hundred bytes
+    edts = m.optional(traks[0], b"edts")
+    rows = None if edts is None else m.table(m.child(edts, b"elst"), 0, ">u4 >i4 >i2 >i2", ">u8 >i8 >i2 >i2")
+    start = int(rows["f1"][0]) if rows is not None and len(rows) == 1 else 0
+    return ftyp, data[stsd.start - 8:stsd.end], max(start, 0)

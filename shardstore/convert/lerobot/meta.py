@@ -466,7 +466,10 @@ def flatten_stats(stats: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, An
 
 def column_numpy(column: Any, rows: int) -> np.ndarray:
     """An arrow column of scalars or (nested, fixed or equal-length) lists as one numpy array with
-    the step axis first: ``list<float32>[6]`` -> ``(rows, 6) float32``."""
+    the step axis first: ``list<float32>[6]`` -> ``(rows, 6) float32``. A null list is an error.
+
+    Lengths and values come from the offsets, not ``value_lengths()`` and ``flatten()``: those are
+    ``pyarrow.compute`` kernels, whose import (~0.06 s) would be an export's only use of it."""
     import pyarrow as pa
 
     arr = column.combine_chunks() if hasattr(column, "combine_chunks") else column
@@ -476,15 +479,20 @@ def column_numpy(column: Any, rows: int) -> np.ndarray:
         or pa.types.is_fixed_size_list(arr.type)
         or pa.types.is_large_list(arr.type)
     ):
+        if arr.null_count:
+            raise ValueError(f"{arr.null_count} null lists")
         if pa.types.is_fixed_size_list(arr.type):
             width = arr.type.list_size
+            start, stop = arr.offset * width, (arr.offset + len(arr)) * width
         else:
-            lengths = np.unique(arr.value_lengths().to_numpy(zero_copy_only=False))
+            offsets = arr.offsets.to_numpy()  # (len + 1; of the slice, where ``values`` is not)
+            lengths = np.unique(np.diff(offsets))
             if len(lengths) > 1:
                 raise ValueError(f"lists of different lengths {lengths.tolist()}")
             width = int(lengths[0]) if len(lengths) else 0
+            start, stop = int(offsets[0]), int(offsets[-1])
         shape.append(width)
-        arr = arr.flatten()
+        arr = arr.values.slice(start, stop - start)
     values = arr.to_numpy(zero_copy_only=False)
     return np.ascontiguousarray(values).reshape(shape)
 
