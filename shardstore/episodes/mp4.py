@@ -369,13 +369,14 @@ def _write_indexed(clips: Sequence[Clip], out: str) -> bool:
     heads = source_heads(list(sources.values()), list(sources))
     if heads is None or time_base.numerator != 1:
         return False
-    ftyp, stsd, delay = heads
-    # as ``_indexed``: decode times rise across the joins; a stream the source's muxer delayed
-    # (B-frames: its edit list starts past 0) keeps its delay
-    delay = max([delay] + [_reorder_delay(i) for i in indexes])
+    ftyp, stsd, delayed = heads
+    # decode times as ``_indexed`` sets them: rising across the joins, a frame behind at least
+    # where the stream has B-frames (PyAV's ``has_b_frames``; here: its muxer delayed it)
+    reorder = max(_reorder_delay(i) for i in indexes)
     pieces, offset = [], 0
     for clip, index in zip(clips, indexes, strict=True):
         assert clip.packets is not None
+        delay = max(reorder, index.step) if delayed else reorder
         chosen, lo = _cut(clip, index.shown, index.pts)
         if not len(chosen) or int(chosen[-1] - chosen[0]) + 1 != len(chosen):
             return False
