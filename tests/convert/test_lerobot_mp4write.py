@@ -126,7 +126,7 @@ def test_sources_with_other_sample_descriptions_are_left_to_ffmpeg(v30: Path, tm
     assert not out.exists()
 
 
-HEAVY = ("pyarrow", "pyarrow.compute", "av", "torch", "fsspec", "s3fs", "dask", "sqlite_utils")
+HEAVY = ("pyarrow", "pyarrow.compute", "numpy.ma", "av", "torch", "fsspec", "s3fs", "dask", "sqlite_utils")
 SPY = """
 import sys
 from shardstore.cli import main
@@ -151,7 +151,8 @@ def imported_by(*args: str) -> set[str]:
 def test_commands_import_only_what_they_use(v30: Path, tmp_path: Path) -> None:
     """``--help`` and an edit import none of the heavy libraries; an export of a cut to LeRobot
     imports pyarrow (its parquet files) but neither PyAV (no frame decoded or muxed) nor
-    pyarrow.compute; the export's videos hold the clips' frames."""
+    pyarrow.compute nor numpy.ma (which ``pa.array`` and ``np.unique`` of numpy arrays import);
+    the export's videos hold the clips' frames."""
     store = tmp_path / "store"
     import_lerobot(str(v30), str(store))
     assert imported_by("--help") == set()

@@ -161,7 +161,7 @@ def _stats(x: np.ndarray, bounds: np.ndarray) -> list[Stats]:
     (``bounds``: from 0 to ``len(x)``)."""
     lengths = np.diff(bounds)
     out: list[Stats] = [{} for _ in lengths]
-    for n in np.unique(lengths[lengths > 0]).tolist():  # the runs of one length as one (runs, n, columns) block:
+    for n in sorted(set(lengths[lengths > 0].tolist())):  # the runs of one length as one (runs, n, columns) block:
         runs = np.flatnonzero(lengths == n)  # its reductions over axis 1 are each run's own, bit for bit
         block = x[bounds[runs[0]]:bounds[runs[0]] + n][None] if len(runs) == 1 else x[bounds[runs][:, None] + np.arange(n)]
         mean = block.mean(1)
@@ -171,7 +171,8 @@ def _stats(x: np.ndarray, bounds: np.ndarray) -> list[Stats]:
             out[r] = {"min": lo[j], "max": hi[j], "mean": mean[j], "std": std[j], "count": np.array([n])}
     full = [s for s in out if s]
     if full:  # empty runs have no rows: without their repeated bounds the runs still cover x
-        quantiles = _quantiles(x, np.unique(bounds), *(np.stack([s[k] for s in full]) for k in ("min", "max")))
+        distinct = bounds[np.r_[True, np.diff(bounds) != 0]]  # (sorted: np.unique, without its numpy.ma import)
+        quantiles = _quantiles(x, distinct, *(np.stack([s[k] for s in full]) for k in ("min", "max")))
         for row, s in enumerate(full):  # LeRobot: one frame has its mean as every quantile (and np.std as std)
             s |= {q: s["mean"].copy() if s["count"][0] == 1 else v[row] for q, v in quantiles.items()}
     return out
