@@ -22,6 +22,7 @@ checked by counting its frames.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -265,8 +266,10 @@ def _widened(clip: Clip, info: VideoInfo) -> tuple[int, int]:
     end = clip.start + clip.count
     if info.leading or not info.keyframes:
         return 0, info.frames
-    lo = max((k for k in info.keyframes if k <= clip.start), default=0)
-    hi = min((k for k in info.ends if k >= end), default=info.frames)
+    at = bisect.bisect_right(info.keyframes, clip.start)  # (both sorted: a file of thousands of
+    past = bisect.bisect_left(info.ends, end)  # frames is cut once per episode)
+    lo = info.keyframes[at - 1] if at else 0
+    hi = info.ends[past] if past < len(info.ends) else info.frames
     return lo, hi
 
 
@@ -275,7 +278,13 @@ def whole_gops(clip: Clip, info: VideoInfo) -> bool:
     end = clip.start + clip.count
     if info.leading and (clip.start, end) != (0, info.frames):
         return False  # a leading frame may refer across the cut
-    return clip.start in info.keyframes and (end == info.frames or end in info.ends)
+    return _holds(info.keyframes, clip.start) and (end == info.frames or _holds(info.ends, end))
+
+
+def _holds(ordered: tuple[int, ...], value: int) -> bool:
+    """``value in ordered`` for a sorted tuple, by bisection."""
+    at = bisect.bisect_left(ordered, value)
+    return at < len(ordered) and ordered[at] == value
 
 
 @dataclass(frozen=True, slots=True)
