@@ -142,24 +142,12 @@ def _find_moov(f: IO[bytes], size: int) -> tuple[int, int] | None:
 def sample_table(f: IO[bytes], size: int, name: str) -> SampleTable | None:
     """The packets of the one video track of the mp4 ``f`` (``size`` bytes, named ``name``), as a
     demux reads them; ``None`` where this reading would not be exact (module docstring)."""
-    where = _find_moov(f, size)
-    if where is None:
+    found = _video_track(f, size, name)
+    if found is None:
         return None
-    f.seek(where[0])
-    data = f.read(where[1])
-    if len(data) != where[1]:
-        return None
-    m = _Moov(data, where[0], name)
-    moov = _Box(b"moov", 0, len(data))
-    tops = m.children(moov)
-    traks = [b for b in tops if b.kind == b"trak"]
-    if len(traks) != 1 or any(b.kind == b"mvex" for b in tops):
-        return None
-    trak = traks[0]
-    mdia = m.child(trak, b"mdia")
-    hdlr, mdhd, minf = (m.child(mdia, k) for k in (b"hdlr", b"mdhd", b"minf"))
-    if hdlr.end - hdlr.start < 12 or data[hdlr.start + 8:hdlr.start + 12] != b"vide":
-        return None
+    m, tops, trak, mdia = found
+    data = m.data
+    mdhd, minf = (m.child(mdia, k) for k in (b"mdhd", b"minf"))
     timescale = _timescale(m, mdhd)
     stbl = m.child(minf, b"stbl")
     boxes = m.children(stbl)
@@ -195,6 +183,28 @@ def sample_table(f: IO[bytes], size: int, name: str) -> SampleTable | None:
         return None
     return SampleTable(timescale=timescale, pts=pts[:stop] - shift, offsets=offsets[:stop], sizes=sizes[:stop],
                        keys=keys[:stop])
+
+
+def _video_track(f: IO[bytes], size: int, name: str) -> tuple[_Moov, list[_Box], _Box, _Box] | None:
+    """The ``moov`` of an mp4 with one track, a video track, not fragmented: the box reader, its
+    top-level boxes, the ``trak`` and its ``mdia``; ``None`` for any other file."""
+    where = _find_moov(f, size)
+    if where is None:
+        return None
+    f.seek(where[0])
+    data = f.read(where[1])
+    if len(data) != where[1]:
+        return None
+    m = _Moov(data, where[0], name)
+    tops = m.children(_Box(b"moov", 0, len(data)))
+    traks = [b for b in tops if b.kind == b"trak"]
+    if len(traks) != 1 or any(b.kind == b"mvex" for b in tops):
+        return None
+    mdia = m.child(traks[0], b"mdia")
+    hdlr = m.child(mdia, b"hdlr")
+    if hdlr.end - hdlr.start < 12 or data[hdlr.start + 8:hdlr.start + 12] != b"vide":
+        return None
+    return m, tops, traks[0], mdia
 
 
 def _timescale(m: _Moov, mdhd: _Box) -> int:
@@ -297,28 +307,17 @@ def source_boxes(f: IO[bytes], size: int, name: str) -> tuple[bytes, bytes, int]
     if kind != b"ftyp" or not 8 <= box <= min(size, 4096):
         return None
     ftyp = head + f.read(box - 8)
-    where = _find_moov(f, size)
-    if where is None or len(ftyp) != box:
+    found = _video_track(f, size, name) if len(ftyp) == box else None
+    if found is None:
         return None
-    f.seek(where[0])
-    data = f.read(where[1])
-    if len(data) != where[1]:
-        return None
-    m = _Moov(data, where[0], name)
-    tops = m.children(_Box(b"moov", 0, len(data)))
-    traks = [b for b in tops if b.kind == b"trak"]
-    if len(traks) != 1:
-        return None
-    mdia = m.child(traks[0], b"mdia")
-    hdlr = m.child(mdia, b"hdlr")
-    if hdlr.end - hdlr.start < 12 or data[hdlr.start + 8:hdlr.start + 12] != b"vide":
-        return None
+    m, _, trak, mdia = found
+    data = m.data
     stsd = m.child(m.child(m.child(mdia, b"minf"), b"stbl"), b"stsd")
     if stsd.end - stsd.start < 8 or struct.unpack_from(">I", data, stsd.start + 4)[0] != 1:
         return None
     if struct.unpack_from(">I", data, stsd.start - 8)[0] != stsd.end - stsd.start + 8:
         return None  # a 64-bit header: not what a muxer writes for a few hundred bytes
-    edts = m.optional(traks[0], b"edts")
+    edts = m.optional(trak, b"edts")
     rows = None if edts is None else m.table(m.child(edts, b"elst"), 0, ">u4 >i4 >i2 >i2", ">u8 >i8 >i2 >i2")
     start = int(rows["f1"][0]) if rows is not None and len(rows) == 1 else 0
     return ftyp, data[stsd.start - 8:stsd.end], max(start, 0)

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,8 @@ from shardstore.episodes.packets import PacketSource, index_packets  # noqa: E40
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
-from make_lerobot import frame_pixels, make_lerobot  # noqa: E402
+from make_lerobot import make_lerobot  # noqa: E402
+from test_video_packets import bframe_h264  # noqa: E402
 
 FRONT, WRIST = "observation.images.front", "observation.images.wrist"  # h264, av1
 
@@ -42,23 +42,6 @@ def v30(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("mp4write")
     return Path(make_lerobot(str(root / "v30"), version="v3.0", episodes=6, frames=12, episodes_per_file=3,
                              image=False))
-
-
-def bframes(path: Path, frames: int) -> Path:
-    """H.264 with B-frames (shown in another order than decoded), closed GOPs of 4."""
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=Fraction(10))
-        s.width = s.height = 32
-        s.pix_fmt = "yuv420p"
-        s.options = {"g": "4", "bf": "2", "x264-params": "b-adapt=0:scenecut=0"}
-        for i in range(frames):
-            f = av.VideoFrame.from_ndarray(frame_pixels(0, i, 0, 32), format="rgb24")
-            f.pts = i
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
-    return path
 
 
 def clip(path: Path, start: int, count: int) -> mp4.Clip:
@@ -89,7 +72,8 @@ def cases(v30: Path, tmp: Path) -> dict[str, list[mp4.Clip]]:
     front0 = v30 / f"videos/{FRONT}/chunk-000/file-000.mp4"
     front1 = v30 / f"videos/{FRONT}/chunk-000/file-001.mp4"
     wrist0 = v30 / f"videos/{WRIST}/chunk-000/file-000.mp4"
-    reordered = bframes(tmp / "bframes.mp4", 14)
+    reordered = tmp / "bframes.mp4"
+    bframe_h264(reordered, 0, 14)  # shown in another order than decoded, closed GOPs of 4
     return {
         "h264 cut and joined": [clip(front0, 0, 12), clip(front0, 24, 12), clip(front1, 8, 16)],
         "av1 cut": [clip(wrist0, 4, 20), clip(wrist0, 32, 4)],
