@@ -73,6 +73,18 @@ def warm(path: Path) -> None:
                     pass
 
 
+#: The same edit and export from Python in one process (``shardstore.edit`` then ``export_lerobot``):
+#: what a script pays, one interpreter start where the two commands pay two.
+API = """
+import sys
+from shardstore.edit import delete_episodes
+from shardstore.convert.lerobot import export_lerobot
+store, edited, exported, listed = sys.argv[1:]
+delete_episodes(store, edited, episodes=listed)
+export_lerobot(edited, exported)
+"""
+
+
 def shardstore_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "shardstore.cli", *args]
 
@@ -154,6 +166,8 @@ def main() -> None:
                                          "-q"), env, "edit")
         r["export_s"] = run(shardstore_cmd("export", "lerobot", str(edited), str(exported), "-q"), env, "export")
         r["shardstore_s"] = r["edit_s"] + r["export_s"]
+        r["api_s"] = run([sys.executable, "-c", API, str(store), str(work / "api-edited"), str(work / "api-exported"),
+                          listed], env, "api")
         r["chain_s"] = r["import_s"] + r["shardstore_s"]
         lerobot_out = work / "lerobot"
         lerobot_env = dict(os.environ, HF_HUB_OFFLINE="1")
@@ -167,6 +181,7 @@ def main() -> None:
         r["cpu_s"] = dict(CPU)
         r["speedup"] = r["lerobot_s"] / r["shardstore_s"]
         r["speedup_cpu"] = CPU["lerobot"] / (CPU["edit"] + CPU["export"])
+        r["speedup_api"], r["speedup_api_cpu"] = r["lerobot_s"] / r["api_s"], CPU["lerobot"] / CPU["api"]
         r["speedup_chain"] = r["lerobot_s"] / r["chain_s"]
         r["shardstore_checked"], r["shardstore_differ"] = compare(src, exported, kept, a.frames, a.fps, a.check_every)
         r["lerobot_checked"], r["lerobot_differ"] = compare(src, lerobot_out, kept, a.frames, a.fps, a.check_every)
@@ -186,6 +201,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"  shardstore export lerobot       : {r['export_s']:8.2f} {cpu['export']:8.2f}")
     print(f"  shardstore edit + export        : {r['shardstore_s']:8.2f} {cpu['edit'] + cpu['export']:8.2f}"
           f"   {r['speedup']:.1f}x lerobot-edit-dataset's wall time, {r['speedup_cpu']:.1f}x its CPU time")
+    print(f"  (the same from Python, 1 process: {r['api_s']:8.2f} {cpu['api']:8.2f}   {r['speedup_api']:.1f}x wall, "
+          f"{r['speedup_api_cpu']:.1f}x CPU)")
     print(f"  (shardstore import lerobot      : {r['import_s']:8.2f} {cpu['import']:8.2f};  import + edit + export "
           f"{r['chain_s']:.2f} s wall = {r['speedup_chain']:.1f}x)")
     print(f"  lerobot-edit-dataset            : {r['lerobot_s']:8.2f} {cpu['lerobot']:8.2f}")
