@@ -125,34 +125,29 @@ def foreign_globals(data: bytes) -> list[str]:
 #: What a pickle may build beyond its own bytes: an array or a ``bytearray(n)`` is as big as the
 #: pickle that carries its bytes, plus this much (an empty array's header, small ranges).
 BUILD_SLACK = 1 << 20
-_SHAPED = frozenset({"_reconstruct", "ndarray"})
-
-
-#: Built-in types whose call builds at most what its arguments hold: resolved as themselves.
-#: Every other allowed global is wrapped in ``_Checked`` (``bytes(1 << 40)``, ``list(range(10**9))``
-#: and an array shape ask for more than they carry).
-_BOUNDED = frozenset(("builtins", name) for name in ("bool", "int", "float", "complex", "str", "slice"))
-
-
 class _Checked:
-    """An allowed function or type as the unpickler calls it: its arguments checked first
-    (``_check_call``), a dtype it returns checked after. Not a type, so ``NEWOBJ`` (which would
-    skip the check) refuses it; numpy and the builtins never pickle through ``NEWOBJ``. Passed as
-    an argument (``_reconstruct(ndarray, ...)``), it is given as what it wraps."""
+    """An allowed global that can ask for more than a pickle carries (``bytes(1 << 40)``, a
+    ``range`` that ``list`` expands, an array shape, a wide dtype), as the unpickler calls it: its
+    arguments checked first, the dtype it returns after. Not a type, so ``NEWOBJ`` (which would
+    skip the check) refuses it; numpy and the builtins never pickle through ``NEWOBJ``. As the first
+    argument of a call (``_reconstruct(ndarray, ...)``) it is given as what it wraps."""
 
-    __slots__ = ("func", "limit")
+    __slots__ = ("func", "limit", "check")
 
-    def __init__(self, func: Any, limit: int) -> None:
+    def __init__(self, func: Any, limit: int, check: Any) -> None:
         self.func = func
         self.limit = limit
+        self.check = check
 
-    def __call__(self, *given: Any) -> Any:
-        args = tuple(a.func if isinstance(a, _Checked) else a for a in given)
-        _check_call(self.func, args, self.limit)
+    def __call__(self, *args: Any) -> Any:
+        if args and type(args[0]) is _Checked:
+            args = (args[0].func, *args[1:])
+        self.check(self.func, args, self.limit)
         out = self.func(*args)
-        if _is_dtype(out) and out.itemsize > self.limit:
+        if self.check is _check_dtype and out.itemsize > self.limit:
             raise _TooBig(self.func, out.itemsize, self.limit)
         return out
+
 
 
 class _Restricted(pickle.Unpickler):
@@ -170,13 +165,13 @@ class _Restricted(pickle.Unpickler):
             key = _canonical(module, name)
             if key not in ALLOWED_GLOBALS:
                 raise _Refused(module, name)
-            found = _RESOLVED[module, name] = super().find_class(module, name), key in _BOUNDED
-        return found[0] if found[1] else _Checked(found[0], self.limit)
+            found = _RESOLVED[module, name] = super().find_class(module, name), _CHECKS.get(key)
+        return found[0] if found[1] is None else _Checked(found[0], self.limit, found[1])
 
 
-#: ``(module, name)`` as a pickle names it -> (the allowed global, whether it is ``_BOUNDED``):
-#: resolved once per process (a step's pickles name the same few, ten thousand times an episode).
-_RESOLVED: dict[tuple[str, str], tuple[Any, bool]] = {}
+#: ``(module, name)`` as a pickle names it -> (the allowed global, its check or None): resolved once
+#: per process (a step's pickles name the same few, ten thousand times an episode).
+_RESOLVED: dict[tuple[str, str], tuple[Any, Any]] = {}
 
 
 _FIXED, _LINES, _COUNTED = 0, 1, 2
@@ -204,6 +199,10 @@ def _layouts() -> list[tuple[int, int, bool, str] | None]:
 
 _LAYOUTS = _layouts()
 _STOP, _PUT, _BINPUT, _LONG_BINPUT = (ord(c) for c in (pickle.STOP, pickle.PUT, pickle.BINPUT, pickle.LONG_BINPUT))
+#: Per opcode byte, how far to step over an opcode with a fixed argument that needs no look (most
+#: of them); 0 for the others (``STOP``, memo puts, counted and text arguments, no opcode).
+_PLAIN = [1 + lay[1] if lay and lay[0] == _FIXED and code not in (_STOP, _BINPUT, _LONG_BINPUT) else 0
+          for code, lay in enumerate(_LAYOUTS)]
 
 
 def _check_layout(data: bytes) -> None:
@@ -214,9 +213,13 @@ def _check_layout(data: bytes) -> None:
     and grows its memo to a stated index before reading, so ten bytes could ask for a terabyte.
     Raises ``DecodeError`` naming the opcode and its byte. (Hot: one pass per pickled step part.)
     """
-    end, pos, layouts = len(data), 0, _LAYOUTS
+    end, pos, layouts, plain = len(data), 0, _LAYOUTS, _PLAIN
     while pos < end:
         at, code = pos, data[pos]
+        step = plain[code]
+        if step:
+            pos += step
+            continue
         layout = layouts[code]
         if layout is None:
             raise DecodeError(f"not a pickle: unknown opcode {bytes([code])!r} at byte {at}")
@@ -258,32 +261,42 @@ def _memo_index(index: int, name: str, at: int, size: int) -> None:
         raise DecodeError(f"not a pickle: {name} at byte {at} stores at {index}, past its {size} bytes")
 
 
-def _is_dtype(value: Any) -> bool:
-    import numpy as np
-
-    return isinstance(value, np.dtype)
-
-
 def _qualname(func: Any) -> str:
     return f"{getattr(func, '__module__', '?')}.{getattr(func, '__name__', type(func).__name__)}"
 
 
-def _check_call(func: Any, args: tuple[Any, ...], limit: int) -> None:
-    """Refuse a call that would build more than ``limit`` bytes: an integer size
-    (``bytearray(2_500_000_000)``), a long range, an array shape (``_reconstruct``, ``ndarray``),
-    a wide dtype. A pickle carries the bytes of what it builds; one that asks for more lies."""
+def _check_sizes(func: Any, args: tuple[Any, ...], limit: int) -> None:
+    """``bytes(n)``, ``bytearray(n)``, ``range(a, b)``: an integer argument is a size."""
     for a in args:
         _check_size(a, func, limit)
-    if getattr(func, "__name__", "") in _SHAPED and args:
-        pos = 1 if func.__name__ == "_reconstruct" else 0
-        shape = args[pos] if len(args) > pos else ()
-        shape = shape if isinstance(shape, tuple | list) else (shape,)
-        count = 1
-        for n in shape:
-            count *= int(n) if isinstance(n, int) else 1
-        width = _itemsize(args[pos + 1] if len(args) > pos + 1 else "f8") if count else 0
-        if count * width > limit:
-            raise _TooBig(func, count * width, limit)
+
+
+def _check_shape(func: Any, args: tuple[Any, ...], limit: int) -> None:
+    """``ndarray(shape, dtype)``, ``_reconstruct(cls, shape, dtype)``: the array they allocate."""
+    _check_sizes(func, args, limit)
+    pos = 1 if getattr(func, "__name__", "") == "_reconstruct" else 0
+    shape = args[pos] if len(args) > pos else ()
+    shape = shape if isinstance(shape, tuple | list) else (shape,)
+    count = 1
+    for n in shape:
+        count *= int(n) if isinstance(n, int) else 1
+    width = _itemsize(args[pos + 1] if len(args) > pos + 1 else "f8") if count else 0
+    if count * width > limit:
+        raise _TooBig(func, count * width, limit)
+
+
+def _check_dtype(func: Any, args: tuple[Any, ...], limit: int) -> None:
+    """A dtype is checked once made (its width: ``V2000000000``), by ``_Checked``."""
+
+
+#: The allowed globals that a call can make build more than the pickle carries, and their checks;
+#: the others (numpy's scalar and buffer readers, ``_codecs.encode``, containers, numbers, strings)
+#: build at most what their arguments hold, and a container's only lazy argument is a ``range``.
+_CHECKS = {
+    ("builtins", "bytes"): _check_sizes, ("builtins", "bytearray"): _check_sizes, ("builtins", "range"): _check_sizes,
+    ("numpy", "ndarray"): _check_shape, ("numpy", "dtype"): _check_dtype,
+    **{(f"{core}.multiarray", "_reconstruct"): _check_shape for core in _NUMPY_CORE},
+}
 
 
 def _itemsize(spec: Any) -> int:
