@@ -1606,6 +1606,9 @@ def edit_output_options(fn: F) -> F:
             click.argument("out", required=False, type=click.Path(file_okay=False)),
             click.option("--in-place", is_flag=True, help="Replace DATASET with the result (committed atomically; no OUT)."),
             click.option("--force", is_flag=True, help="Replace a dataset already at OUT."),
+            click.option("--to", type=click.Choice(EDIT_TARGETS), expose_value=False, callback=_remember_edit_target,
+                         help="Write OUT in this format (its export's defaults), in the same process: "
+                              "the edited dataset is a temporary one, removed after."),
             click.option("--progress/--no-progress", default=True, help="Show a progress bar by steps (only on a terminal)."),
             json_option,
             quiet_option,
@@ -1616,17 +1619,58 @@ def edit_output_options(fn: F) -> F:
     return fn
 
 
+EDIT_TARGETS = ("lerobot", "minari", "rlds", "episode-wds")
+
+
+def _remember_edit_target(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """``--to`` is the same for every one-input edit and used only by ``run_edit``: kept on the
+    context rather than added to each command's parameters."""
+    ctx.meta["shardstore.edit_to"] = value
+
+
 def run_edit(op: Callable[..., Any], *args: Any, progress: bool, quiet: bool, as_json: bool, **options: Any) -> None:
     """Run one edit (SIGTERM unwinds it like Ctrl-C: the staging folder is removed) and print its report."""
     from .prepare import _sigterm_unwinds
 
     show = progress and not quiet and not as_json and sys.stderr.isatty()
-    report = _sigterm_unwinds(op)(*args, progress=show, **options)
+    to = click.get_current_context().meta.get("shardstore.edit_to")
+    if to:
+        report, exported = _edit_to(op, to, *args, progress=show, **options)
+    else:
+        report, exported = _sigterm_unwinds(op)(*args, progress=show, **options), None
     if as_json:
-        echo_json(report.to_dict())
+        echo_json({**report.to_dict(), **({"to": to, "exported": exported} if to else {})})
     elif not quiet:
         for line in report.lines():
             click.echo(line)
+        if to:
+            click.echo(f"exported as {to}: {report.out}")
+
+
+def _edit_to(op: Callable[..., Any], to: str, dataset: str, out: str | None, *, progress: bool,
+             **options: Any) -> tuple[Any, Any]:
+    """An edit whose OUT is in format ``to``: the edit into a scratch folder beside OUT, exported from
+    there, the scratch removed (OUT is written by the export's own commit: the old one or the new)."""
+    import dataclasses
+    import shutil
+    import tempfile
+
+    from .convert.any_to_any import export_to, summary_of
+    from .errors import ConfigError
+    from .prepare import _sigterm_unwinds
+
+    if out is None or options.get("in_place"):
+        raise ConfigError("--to writes a new dataset at OUT: give OUT, without --in-place", member="--to")
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(out.rstrip(os.sep))}.edit-", dir=parent)
+    try:
+        edited = os.path.join(scratch, "dataset")
+        report = _sigterm_unwinds(op)(dataset, edited, progress=progress, **{**options, "force": False})
+        exported = _sigterm_unwinds(export_to)(edited, out, to=to, force=options.get("force", False))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return dataclasses.replace(report, out=os.path.abspath(out)), summary_of(exported)
 
 
 @edit_group.command("delete-episodes")

@@ -99,7 +99,8 @@ def _accepted(fn: Callable[..., Any], options: dict[str, Any]) -> dict[str, Any]
     return {k: v for k, v in options.items() if v is not None and (takes_any or k in params)}
 
 
-def _summary(report: Any) -> dict[str, Any]:
+def summary_of(report: Any) -> dict[str, Any]:
+    """An import's or export's report as plain JSON values (their reports differ by format)."""
     if hasattr(report, "to_dict"):
         return dict(report.to_dict())
     if dataclasses.is_dataclass(report) and not isinstance(report, type):
@@ -168,6 +169,20 @@ def _exporter(fmt: str) -> Callable[..., Any]:
     return export_episode_wds
 
 
+def export_to(dataset: str, out: str, *, to: str, allow_pickle: bool = False, force: bool = False,
+              **target_options: Any) -> Any:
+    """Export the episode dataset ``dataset`` into format ``to`` at ``out`` with that format's
+    ``export``, given the ``target_options`` it takes (``version``, ``backend``, ``fps``...): the
+    second half of ``convert``, and what ``edit --to`` runs on its result. Returns the export's report."""
+    if to not in FORMATS:
+        raise ConfigError(f"unknown target format {to!r}; one of {', '.join(FORMATS)}", member="--to")
+    export = _exporter(to)
+    if to == "lerobot":
+        target_options = _lerobot_options(target_options)
+    options = {"allow_pickle": allow_pickle, "force": force or None, **target_options}
+    return export(dataset, out, **_accepted(export, options))
+
+
 def convert(
     src: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -207,20 +222,17 @@ def convert(
     try:
         imported = _import(fmt, src, dataset, allow_pickle, progress, storage_options)
         mapping = ConversionReport(fmt, to)
-        export = _exporter(to)
-        if to == "lerobot":
-            target_options = _lerobot_options(target_options)
-        options = {"allow_pickle": allow_pickle, "mapping": mapping, "force": force or None, **target_options}
-        exported = export(dataset, out, **_accepted(export, options))
+        exported = export_to(dataset, out, to=to, allow_pickle=allow_pickle, force=force, mapping=mapping,
+                             **target_options)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     if not (mapping.mapped or mapping.derived or mapping.dropped):
         mapping.note(f"{to}'s export has a report of its own: see 'exported'")
-    summary = _summary(imported)
+    summary = summary_of(imported)
     if scratch is not None and "path" in summary:
         summary["path"] = None  # the temporary dataset is gone
-    report = ConversionResult(src, out, fmt, to, summary, _summary(exported), mapping,
+    report = ConversionResult(src, out, fmt, to, summary, summary_of(exported), mapping,
                            round(time.perf_counter() - t0, 3), kept=None if keep is None else os.fspath(keep))
     extra = {k: v for k, v in report.to_dict().items() if k != "mapping"}
     if isinstance(exported, dict) and isinstance(exported.get("report"), dict):

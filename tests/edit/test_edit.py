@@ -281,3 +281,27 @@ def test_rlds_export_of_an_edit_loads_in_tfds(store: Path, tmp_path: Path) -> No
         assert int(got[f"train/{new}/__len__"]) == LENGTH
         np.testing.assert_array_equal(got[f"train/{new}/steps/action"], src[src.position(old)].steps["action"])
     assert "train/4/__len__" not in got
+
+
+def test_cli_edit_to_a_format_in_one_process(store: Path, tmp_path: Path) -> None:
+    """``edit ... --to lerobot``: the edit's result exported at OUT, nothing else left beside it, the
+    same LeRobot dataset as ``edit`` then ``export lerobot``; ``--to`` without OUT or with
+    ``--in-place`` is refused before anything is written."""
+    from click.testing import CliRunner
+
+    from shardstore.cli import main
+
+    out = tmp_path / "to" / "lr"
+    res = CliRunner().invoke(main, ["edit", "delete-episodes", str(store), str(out), "--episodes", "1,3", "--to",
+                                    "lerobot", "--json"])
+    assert res.exit_code == 0, res.output
+    said = json.loads(res.output)
+    assert said["to"] == "lerobot" and said["out"] == os.path.abspath(out) and said["episodes"] == 4
+    assert sorted(os.listdir(out.parent)) == ["lr"]  # the scratch dataset is gone
+    shardstore.edit.delete_episodes(str(store), str(tmp_path / "two"), episodes="1,3")
+    export_lerobot(str(tmp_path / "two"), str(tmp_path / "two-lr"))
+    for name in ("meta/info.json", "meta/stats.json"):
+        assert json.loads((out / name).read_text()) == json.loads((tmp_path / "two-lr" / name).read_text())
+    for args in (["--in-place"], []):
+        res = CliRunner().invoke(main, ["edit", "delete-episodes", str(store), *args, "--episodes", "1", "--to", "rlds"])
+        assert res.exit_code == 1 and "--to writes a new dataset at OUT" in res.output, res.output

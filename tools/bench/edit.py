@@ -7,7 +7,8 @@ recorder's 2), all episodes in one file per camera (LeRobot's v3.0 writer packs 
 500 MB), no image feature. Every third episode (0, 3, 6, ...) is deleted.
 
 - **shardstore**: ``shardstore edit delete-episodes`` on the import, then ``shardstore export lerobot``
-  (v3.0): the figure the target is about (DESIGN.md section 9: >= 50x). The import
+  (v3.0): the figure the target is about (DESIGN.md section 9: >= 50x); the same in one command
+  (``edit ... --to lerobot``) and in one Python process (``shardstore.edit`` then ``export_lerobot``). The import
   (``shardstore import lerobot``) is timed too, and the whole chain import + edit + export.
 - **LeRobot**: ``lerobot-edit-dataset`` on the source folder to a new folder (it decodes and encodes
   the kept frames of every video).
@@ -166,6 +167,8 @@ def main() -> None:
                                          "-q"), env, "edit")
         r["export_s"] = run(shardstore_cmd("export", "lerobot", str(edited), str(exported), "-q"), env, "export")
         r["shardstore_s"] = r["edit_s"] + r["export_s"]
+        r["to_s"] = run(shardstore_cmd("edit", "delete-episodes", str(store), str(work / "to-exported"), "--episodes",
+                                       listed, "--to", "lerobot", "-q"), env, "to")
         r["api_s"] = run([sys.executable, "-c", API, str(store), str(work / "api-edited"), str(work / "api-exported"),
                           listed], env, "api")
         r["chain_s"] = r["import_s"] + r["shardstore_s"]
@@ -181,6 +184,7 @@ def main() -> None:
         r["cpu_s"] = dict(CPU)
         r["speedup"] = r["lerobot_s"] / r["shardstore_s"]
         r["speedup_cpu"] = CPU["lerobot"] / (CPU["edit"] + CPU["export"])
+        r["speedup_to"], r["speedup_to_cpu"] = r["lerobot_s"] / r["to_s"], CPU["lerobot"] / CPU["to"]
         r["speedup_api"], r["speedup_api_cpu"] = r["lerobot_s"] / r["api_s"], CPU["lerobot"] / CPU["api"]
         r["speedup_chain"] = r["lerobot_s"] / r["chain_s"]
         r["shardstore_checked"], r["shardstore_differ"] = compare(src, exported, kept, a.frames, a.fps, a.check_every)
@@ -201,6 +205,8 @@ def report(r: dict[str, Any]) -> None:
     print(f"  shardstore export lerobot       : {r['export_s']:8.2f} {cpu['export']:8.2f}")
     print(f"  shardstore edit + export        : {r['shardstore_s']:8.2f} {cpu['edit'] + cpu['export']:8.2f}"
           f"   {r['speedup']:.1f}x lerobot-edit-dataset's wall time, {r['speedup_cpu']:.1f}x its CPU time")
+    print(f"  edit ... --to lerobot (1 command): {r['to_s']:8.2f} {cpu['to']:8.2f}   {r['speedup_to']:.1f}x wall, "
+          f"{r['speedup_to_cpu']:.1f}x CPU")
     print(f"  (the same from Python, 1 process: {r['api_s']:8.2f} {cpu['api']:8.2f}   {r['speedup_api']:.1f}x wall, "
           f"{r['speedup_api_cpu']:.1f}x CPU)")
     print(f"  (shardstore import lerobot      : {r['import_s']:8.2f} {cpu['import']:8.2f};  import + edit + export "
