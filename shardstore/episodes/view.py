@@ -666,24 +666,19 @@ class Episodes:
 
     def _decode_videos(self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
-        refs by its frames put together: ``put``, default stacked), all decoded in one call."""
+        refs by its frames put together: ``put``, default stacked), all decoded in one call
+        (``FrameDecoder.put_together``: on its threads, each putting together its files' frames)."""
         videos = [f.name for f in self.schema.fields if f.kind == "video" and items and f.name in items[0]]
-        refs: list[VideoRef] = []
-        for item in items:
-            for name in videos:
-                value = item[name]
-                refs += value if isinstance(value, list) else [value]
-        if not refs:
+        slots = [(item, name) for item in items for name in videos]
+        if not slots:
             return
-        frames = iter(self.video.decoder.frames(refs))
-        stack = put or np.stack
-        for item in items:
-            for name in videos:
-                value = item[name]
-                if isinstance(value, list):
-                    item[name] = stack([next(frames) for _ in value])
-                else:
-                    item[name] = next(frames) if put is None else put([next(frames)])[0]
+        whole = put or np.stack
+        one: Callable[[list[np.ndarray]], Any] = (lambda frames: frames[0]) if put is None else (lambda frames: put(frames)[0])
+        groups = [(v, whole) if isinstance(v, list) else ([v], one) for v in (item[name] for item, name in slots)]
+        if not any(refs for refs, _ in groups):
+            return
+        for (item, name), value in zip(slots, self.video.decoder.put_together(groups), strict=True):
+            item[name] = value
 
     def stream(self) -> EpisodeStream:
         """The episodes as a stream for a format's writer (``write_minari(view.stream(), out)``),

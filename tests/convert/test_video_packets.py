@@ -236,3 +236,45 @@ def test_export_and_reimport_keep_reading_by_packets(src: Path, imported: Path, 
         for cam in (FRONT, WRIST):
             assert np.array_equal(step[cam], ref[(e, cam)][t]), (e, t, cam)
     assert all(view.video.decoder.indexed(n) for n in view.video.names)
+
+
+
+def test_batch_on_threads_equals_pyav(src: Path, imported: Path) -> None:
+    """A batch's files decoded on three threads (each file on one, with its own decoders): every
+    frame PyAV's, as many frames decoded as on one thread, three threads used; an error on one
+    of them is the caller's one-line error."""
+    import threading
+
+    from shardstore.episodes.video import VideoRef
+
+    ref = reference(src)
+    steps = [(0, 5), (1, 8), (0, 2), (2, 10), (1, 0), (2, 3)]
+    offsets = {FRONT: [-1, 0], WRIST: [0]}
+    decoded = {}
+    used: set[str] = set()
+    for threads in (1, 3):
+        view = shardstore.episodes(str(imported))
+        decoder = view.video.decoder
+        decoder.threads = threads
+        real = decoder._frames_of
+
+        def recording(*a, real=real, **k):  # type: ignore[no-untyped-def]
+            used.add(threading.current_thread().name)
+            return real(*a, **k)
+
+        decoder._frames_of = recording  # type: ignore[method-assign]
+        batch = view.get_many(steps, offsets)
+        for (e, t), item in zip(steps, batch, strict=True):
+            np.testing.assert_array_equal(item[FRONT], np.stack([ref[(e, FRONT)][max(t - 1, 0)], ref[(e, FRONT)][t]]))
+            np.testing.assert_array_equal(item[WRIST], ref[(e, WRIST)][t][None])
+        decoded[threads] = sum(decoder.decoded(n) for n in view.video.names)
+    assert decoded[3] == decoded[1] > 0
+    assert len(used) == 3  # six files: three threads (the caller's among them)
+    decoder = shardstore.episodes(str(imported)).video.decoder
+    decoder.threads = 2
+    bad = next(n for n in view.video.names if n.endswith("episode_000001.mp4"))
+    good = next(n for n in view.video.names if n.endswith("episode_000000.mp4"))
+    refs = [VideoRef(good, t / 10, t) for t in range(4)] + [VideoRef(bad, 99.0, -1)]  # the bad file: the 2nd thread's
+    with pytest.raises(DecodeError, match=r"episode_000001\.mp4: no frame at 99\.000000 s"):
+        decoder.frames(refs)
+    assert decoder.frames(refs[:4])[3].shape == ref[(0, FRONT)][0].shape  # the threads are free again
