@@ -104,7 +104,8 @@ class LeRobotDataset(_tud.Dataset):  # type: ignore[type-arg]
         that a run's RGB frames are still in the CPU's cache when they are turned into floats (a
         batch of 32 16-frame windows decoded at once held 150 MB of them); neighbouring items,
         the ones sharing groups of pictures, fall in one run. On S3 a batch is one run: its
-        reads are one round trip."""
+        reads are one round trip. A run's cameras decode side by side (``FrameDecoder``'s
+        threads, ``SHARDSTORE_DECODE_THREADS``)."""
         steps = [self._locate(int(i)) for i in indices]
         order = sorted(range(len(steps)), key=steps.__getitem__)
         size = len(order) if self._remote else max(1, BATCH_FRAMES // self._frames_per_item)

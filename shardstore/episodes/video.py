@@ -73,9 +73,9 @@ OPEN_VIDEOS = int(os.environ.get("SHARDSTORE_VIDEO_OPEN", "64"))
 FRAMES_KEPT = 32
 #: Threads a ``FrameDecoder`` decodes a call's files on (``SHARDSTORE_DECODE_THREADS``; 1: the
 #: caller's only), each with its own decoders (a codec context is not thread-safe): PyAV lets go
-#: of the GIL while decoding and numpy while turning frames into floats, so a batch of 32 frames
-#: of 224x224 AV1 decodes 1.5-2x as fast on two cores. At most 4 by default; 1 in a DataLoader
-#: worker, whose siblings fill the cores already.
+#: of the GIL while decoding and numpy while turning frames into floats: a LeRobot batch of 32
+#: items of two 224x224 AV1 cameras took 1.2-1.5x less wall time on two cores (and 1.3x the CPU
+#: time). At most 4 by default; 1 in a DataLoader worker, whose siblings fill the cores already.
 DECODE_THREADS = max(1, int(os.environ.get("SHARDSTORE_DECODE_THREADS", min(4, os.cpu_count() or 1))))
 #: Frames per thread at least: a step's two cameras (two frames) decode on the caller's thread,
 #: where starting a thread would cost more than the frame it takes over.
