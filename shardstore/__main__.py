@@ -1,5 +1,5 @@
 """``python -m shardstore``: the ``shardstore`` command."""
 
-from .cli import main
+from .cli import run
 
-main(prog_name="shardstore")
+run(prog_name="shardstore")

@@ -1831,5 +1831,23 @@ def edit_set_task_command(dataset: str, out: str | None, task: str, episodes: st
              progress=progress, quiet=quiet, as_json=as_json)
 
 
+def run(args: list[str] | None = None, prog_name: str = "shardstore") -> None:
+    """The ``shardstore`` command (the console script, ``python -m shardstore``): ``main``, and after
+    a failure an exit that skips the interpreter's teardown. pyarrow's thread pools can abort the
+    process there when an error left one of their reads behind ("terminate called without an active
+    exception", exit -6 after the error line; apache/arrow#34314). The failed command's work is
+    undone before (with-blocks, staging): only the teardown is skipped. A success exits as usual."""
+    try:
+        main(args=args, prog_name=prog_name)
+    except SystemExit as e:
+        if e.code is None or e.code == 0:
+            raise
+        if not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(e.code if isinstance(e.code, int) else 1)
+
+
 if __name__ == "__main__":
-    main()
+    run()
