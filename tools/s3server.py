@@ -386,10 +386,10 @@ def start(
     for serving large existing folders without hashing them once. ``detach=True`` lets the server
     outlive this process (for the CLI); otherwise it gets SIGTERM when this process exits.
     moto and rgw keep objects in memory: ``root`` is only a folder they are given, not served.
-    ``timeout`` (default 20 s, rgw 60 s) bounds the start. Raises ``Unavailable``.
+    ``timeout`` (default 20 s, rgw 120 s) bounds the start. Raises ``Unavailable``.
     """
     if timeout is None:
-        timeout = 60.0 if kind == "rgw" else 20.0
+        timeout = 120.0 if kind == "rgw" else 20.0
     owns = root is None
     root_path = Path(tempfile.mkdtemp(prefix=f"shardstore-{kind}-")) if root is None else Path(root).resolve()
     root_path.mkdir(parents=True, exist_ok=True)
@@ -517,6 +517,9 @@ RGW_PACKAGES = ("ceph-mon", "ceph-osd", "radosgw")
 _RGW_BINARIES = ("ceph-authtool", "monmaptool", "ceph-mon", "ceph", "ceph-osd", "radosgw", "radosgw-admin")
 #: RAM the OSD may fill (memstore allocates only what objects use): writes fail once it is full.
 RGW_MEMSTORE_BYTES = 1 << 30
+#: Tries of a cluster start, and the least time one try is given.
+RGW_ATTEMPTS = 3
+RGW_ATTEMPT_S = 30.0
 #: cephx keys and capabilities: one keyring, imported by the monitor when it is made, so every
 #: daemon authenticates. (With cephx off, about 1 start in 3 failed with "wrong fsid".)
 _RGW_KEYS = (
@@ -599,7 +602,10 @@ def _two_free_ports() -> tuple[int, int]:
 
 def _start_rgw(root: Path, detach: bool, timeout: float) -> S3Server:
     """A monitor, a memstore OSD and radosgw, each a child process running in the foreground, with
-    all state in a temporary folder; then the S3 user ``testkey``/``testsecret``. About 2-3 s."""
+    all state in a temporary folder; then the S3 user ``testkey``/``testsecret``. About 2-3 s.
+
+    A start that fails is tried again from nothing, on new ports: once in a CI run the monitor never
+    answered ``osd new`` (a minute of "timed out") where 15 starts in a row took 2-7 s each."""
     missing = [b for b in _RGW_BINARIES if shutil.which(b) is None]
     if missing:
         raise Unavailable(
@@ -607,6 +613,19 @@ def _start_rgw(root: Path, detach: bool, timeout: float) -> S3Server:
             f"(apt-get install -y --no-install-recommends {' '.join(RGW_PACKAGES)})"
         )
     deadline = time.monotonic() + timeout
+    failures: list[str] = []
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return _start_rgw_once(root, detach, time.monotonic() + min(left, max(RGW_ATTEMPT_S, left / 3)))
+        except Unavailable as e:
+            failures.append(str(e))
+            if deadline - time.monotonic() < 5 or len(failures) == RGW_ATTEMPTS:
+                raise Unavailable(f"{len(failures)} starts failed; " + " ; ".join(failures)) from None
+
+
+def _start_rgw_once(root: Path, detach: bool, deadline: float) -> S3Server:
+    """One try of ``_start_rgw``, within ``deadline`` (monotonic)."""
     state = Path(tempfile.mkdtemp(prefix="shardstore-rgw-state-"))
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -632,8 +651,13 @@ def _start_rgw(root: Path, detach: bool, timeout: float) -> S3Server:
         # `osd new` waits for the monitor to answer (up to --connect-timeout)
         left = str(max(1, int(deadline - time.monotonic())))
         osd_uuid = str(uuid.uuid4())
-        osd_id = _run_ceph_tool(["ceph", *c, "--connect-timeout", left, "osd", "new", osd_uuid], state, deadline,
-                                "ceph osd new").strip()
+        try:
+            osd_id = _run_ceph_tool(["ceph", *c, "--connect-timeout", left, "osd", "new", osd_uuid], state, deadline,
+                                    "ceph osd new").strip()
+        except Unavailable as e:
+            alive = "running" if procs[0].poll() is None else f"exited with code {procs[0].returncode}"
+            raise Unavailable(f"{e} (the monitor {alive}; mon.a.log: {_tail(str(state / 'log' / 'mon.a.log'), 3)})"
+                              ) from None
         _run_ceph_tool(["ceph-osd", *c, "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid], state, deadline,
                        "ceph-osd --mkfs")
         procs.append(_spawn_daemon(["ceph-osd", *c, "-f", "-i", osd_id], state / "log" / "osd.out", detach))

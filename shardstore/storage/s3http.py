@@ -37,8 +37,9 @@ _MAX_ERROR_BODY = 64 * 1024
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _ERROR_CODE = re.compile(rb"<Code>([^<]*)</Code>")
 
-#: Range GETs sent on this path in this process (tests check that the path is really used).
-stats = {"requests": 0}
+#: Range GETs sent on this path in this process (tests check that the path is really used), and how
+#: many of them were sent again because the server had closed an idle keep-alive connection.
+stats = {"requests": 0, "resent": 0}
 _STATS_LOCK = threading.Lock()
 
 
@@ -246,6 +247,8 @@ class S3RangeReader:
                 raise
             # An idle keep-alive connection the server had closed: once more on a new one (a GET is idempotent).
             conn = self._connect()
+            with _STATS_LOCK:
+                stats["resent"] += 1
             resp = self._send(conn, path, headers)
         try:
             data = self._body(conn, resp, offset, end)

@@ -144,6 +144,47 @@ def test_cli_rgw_stop_leaves_no_process(tmp_path: Path, rgw_server: Any) -> None
     assert not Path(saved["state_dir"]).exists()
 
 
+def test_rgw_start_tries_again_on_new_ports(rgw_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster start that fails (here: the monitor's port is taken, so ``osd new`` never gets an
+    answer) is tried again from nothing on new ports; the failed try leaves no daemon behind."""
+    import socket
+
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    picked: list[tuple[int, int]] = []
+    real = s3server._two_free_ports
+
+    def first_one_taken() -> tuple[int, int]:
+        mon, rgw = real()
+        picked.append((busy.getsockname()[1], rgw) if not picked else (mon, rgw))
+        return picked[-1]
+
+    monkeypatch.setattr(s3server, "_two_free_ports", first_one_taken)
+    monkeypatch.setattr(s3server, "RGW_ATTEMPT_S", 5.0)
+    before = set(_pids_named("ceph-mon", "ceph-osd", "radosgw"))
+    try:
+        server = s3server.start(kind="rgw", timeout=30)
+    finally:
+        busy.close()
+    try:
+        assert len(picked) == 2 and server.endpoint.endswith(f":{picked[1][1]}")
+        assert set(_pids_named("ceph-mon", "ceph-osd", "radosgw")) - before == {server.pid, *server.helper_pids}
+    finally:
+        server.stop()
+
+
+def _pids_named(*names: str) -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() in names and _alive(int(comm.parent.name)):
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown server kind"):
         s3server.start(kind="minio")
