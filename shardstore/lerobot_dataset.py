@@ -112,8 +112,8 @@ class LeRobotDataset(_tud.Dataset):  # type: ignore[type-arg]
         out: list[dict[str, Any]] = [{}] * len(steps)
         for k in range(0, len(order), size):
             run = order[k : k + size]
-            for i, raw in zip(run, self.view.get_many([steps[i] for i in run], self.delta_indices, frames=chw_float),
-                              strict=True):
+            raws = self.view.get_many([steps[i] for i in run], self.delta_indices, frames=_planar_float, planar=True)
+            for i, raw in zip(run, raws, strict=True):
                 out[i] = self._item(raw)
         return out
 
@@ -165,6 +165,10 @@ def _open(url: str | os.PathLike[str], split: str | None, storage_options: dict[
 
 def _is_image(f: Any) -> bool:
     return bool(f.kind == "media" and f.encoding in ("png", "jpg", "jpeg"))
+
+
+def _planar_float(frames: list[np.ndarray]) -> torch.Tensor:
+    return chw_float(frames, planar=True)
 
 
 def _decode_images(value: Any) -> np.ndarray:

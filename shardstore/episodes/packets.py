@@ -61,11 +61,28 @@ RGB_THREADS = 1
 
 
 def rgb24(reformatter: Any, frame: Any) -> np.ndarray:
-    """``frame`` as an RGB uint8 array, on ``RGB_THREADS`` threads where PyAV takes a thread count
-    (16 and later); PyAV 15, which lerobot 0.6 pins (``av<16``), has no ``threads`` argument."""
+    """``frame`` as an RGB uint8 array (HWC)."""
+    return _reformat(reformatter, frame, "rgb24").to_ndarray()
+
+
+def planar_rgb(reformatter: Any, frame: Any) -> np.ndarray:
+    """``frame`` as planar RGB, a CHW uint8 array: what a CHW tensor is made of without a
+    transposing copy (FFmpeg's converter writes planes, G, B and R, as fast as it writes rgb24;
+    the values are the same)."""
+    planes = _reformat(reformatter, frame, "gbrp").planes
+    h, w = frame.height, frame.width
+    out = np.empty((3, h, w), np.uint8)
+    for c, plane in zip((1, 2, 0), planes, strict=True):
+        out[c] = np.frombuffer(plane, np.uint8).reshape(h, plane.line_size)[:, :w]
+    return out
+
+
+def _reformat(reformatter: Any, frame: Any, pix_fmt: str) -> Any:
+    """``frame`` converted, on ``RGB_THREADS`` threads where PyAV takes a thread count (16 and
+    later); PyAV 15, which lerobot 0.6 pins (``av<16``), has no ``threads`` argument."""
     if _takes_threads():
-        return reformatter.reformat(frame, format="rgb24", threads=RGB_THREADS).to_ndarray()
-    return reformatter.reformat(frame, format="rgb24").to_ndarray()
+        return reformatter.reformat(frame, format=pix_fmt, threads=RGB_THREADS)
+    return reformatter.reformat(frame, format=pix_fmt)
 
 
 @functools.cache
@@ -83,6 +100,8 @@ def _takes_threads() -> bool:
 FRAMES_KEPT = 32
 
 Kind = tuple[str, bytes, int, int, str]
+#: A decoded frame kept: the file, its frame number and whether it is planar (CHW).
+Kept = tuple[str, int, bool]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -375,21 +394,27 @@ class PacketReader:
         self.av = import_av()
         self._decoders: dict[Kind, _Decoder] = {}
         self._reformatters: dict[Kind, Any] = {}
-        self._kept: OrderedDict[tuple[str, int], np.ndarray] = OrderedDict()
+        self._kept: OrderedDict[Kept, np.ndarray] = OrderedDict()
         self.restarts: dict[str, int] = {}
         self.decoded: dict[str, int] = {}
 
     def frames(
-        self, name: str, index: PacketIndex, read: Callable[[int, int], bytes], wanted: Iterable[int]
+        self,
+        name: str,
+        index: PacketIndex,
+        read: Callable[[int, int], bytes],
+        wanted: Iterable[int],
+        planar: bool = False,
     ) -> list[np.ndarray]:
-        """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB, in the order asked.
+        """Frames ``wanted`` (numbers in the file) of ``name``, HWC uint8 RGB (``planar``: CHW),
+        in the order asked.
         ``read(offset, size)`` gives the file's bytes. Frames are decoded in file order, each
         group of pictures from its keyframe once (frames of one group share it); the packets of
         neighbouring groups are read in one go, a gap of unneeded groups (a batch's frames spread
         over a file) starts a new read instead of reading through it (``stretches`` names those
         reads beforehand, for a caller reading many files' at once)."""
         wanted = list(wanted)
-        got = {i: self._kept[(name, i)] for i in wanted if (name, i) in self._kept}
+        got = {i: self._kept[(name, i, planar)] for i in wanted if (name, i, planar) in self._kept}
         todo = sorted(set(wanted) - set(got))
         if todo:
             kind = index.kind
@@ -399,14 +424,17 @@ class PacketReader:
             reformatter = self._reformatters.get(kind)
             if reformatter is None:
                 reformatter = self._reformatters[kind] = self.av.video.reformatter.VideoReformatter()
+            convert = functools.partial(planar_rgb if planar else rgb24, reformatter)
             for run in _runs(index, todo):
-                self._decode_run(name, index, read, run, decoder, reformatter, got)
+                self._decode_run(name, index, read, run, decoder, convert, planar, got)
         return [got[i] for i in wanted]
 
-    def stretches(self, name: str, index: PacketIndex, wanted: Iterable[int]) -> list[tuple[int, int]]:
-        """``(offset, size)`` of the reads ``frames(name, index, ..., wanted)`` would make at most:
-        a stretch of packets per run of its groups of pictures (frames kept need none)."""
-        todo = sorted({i for i in wanted if (name, i) not in self._kept})
+    def stretches(
+        self, name: str, index: PacketIndex, wanted: Iterable[int], planar: bool = False
+    ) -> list[tuple[int, int]]:
+        """``(offset, size)`` of the reads ``frames(name, index, ..., wanted, planar)`` would make
+        at most: a stretch of packets per run of its groups of pictures (frames kept need none)."""
+        todo = sorted({i for i in wanted if (name, i, planar) not in self._kept})
         return [_stretch(index, run) for run in _runs(index, todo)] if todo else []
 
     def _decode_run(
@@ -416,7 +444,8 @@ class PacketReader:
         read: Callable[[int, int], bytes],
         todo: list[int],
         decoder: _Decoder,
-        reformatter: Any,
+        convert: Callable[[Any], np.ndarray],
+        planar: bool,
         got: dict[int, np.ndarray],
     ) -> None:
         """Decode frames ``todo`` (sorted) whose packets lie in one stretch, read in one go."""
@@ -437,13 +466,13 @@ class PacketReader:
         for i in todo:
             try:
                 frame = decoder.to(name, index, i, packet, i == todo[-1])
-                got[i] = rgb24(reformatter, frame)
+                got[i] = convert(frame)
             except self.av.error.FFmpegError as e:
                 decoder.file = None  # in an unknown state: flushed before its next use
                 raise DecodeError(f"frame {i}: {e}", path=name) from e
-            self._keep((name, i), got[i])
+            self._keep((name, i, planar), got[i])
 
-    def _keep(self, key: tuple[str, int], arr: np.ndarray) -> None:
+    def _keep(self, key: Kept, arr: np.ndarray) -> None:
         self._kept[key] = arr
         if len(self._kept) > FRAMES_KEPT:
             self._kept.popitem(last=False)

@@ -373,14 +373,16 @@ class FrameDecoder:
         return self.frames([VideoRef(name, timestamp, -1)])[0]
 
     def _frames_of(
-        self, thread: int, name: str, timestamps: list[float], read: Callable[[int, int], bytes] | None
+        self, thread: int, name: str, timestamps: list[float], read: Callable[[int, int], bytes] | None, planar: bool
     ) -> list[np.ndarray]:
         source = self._source(name)
         if source is None:
             video = self._video(name)
-            return [video.frame(t) for t in timestamps]
+            frames = [video.frame(t) for t in timestamps]
+            return [np.ascontiguousarray(f.transpose(2, 0, 1)) for f in frames] if planar else frames
         index = source.index
-        return self._packet_reader(thread).frames(name, index, read or source.read, index.frames_at(timestamps, name))
+        reader = self._packet_reader(thread)
+        return reader.frames(name, index, read or source.read, index.frames_at(timestamps, name), planar)
 
     def _packet_reader(self, thread: int) -> PacketReader:
         reader = self._readers.get(thread)
@@ -388,7 +390,9 @@ class FrameDecoder:
             reader = self._readers[thread] = PacketReader()
         return reader
 
-    def _prefetch(self, by_file: dict[str, list[float]], owner: dict[str, int]) -> dict[str, Callable[[int, int], bytes]]:
+    def _prefetch(
+        self, by_file: dict[str, list[float]], owner: dict[str, int], planar: bool
+    ) -> dict[str, Callable[[int, int], bytes]]:
         """Per indexed file, a ``read`` served from its stretches of packets for ``by_file``'s
         frames (what its ``owner`` thread's reader lacks), all read in one ``read_many`` call
         (none without ``read_many``)."""
@@ -399,7 +403,7 @@ class FrameDecoder:
             source = self._source(name)
             if source is not None:
                 reader = self._packet_reader(owner[name])
-                spans = reader.stretches(name, source.index, source.index.frames_at(times, name))
+                spans = reader.stretches(name, source.index, source.index.frames_at(times, name), planar)
                 if spans:
                     plans[name] = (source, spans)
         if sum(len(spans) for _, spans in plans.values()) < 2:
@@ -453,12 +457,14 @@ class FrameDecoder:
         pictures, frames of one group decoded on from it)."""
         return cast(list[np.ndarray], self.put_together([(refs, list)])[0])
 
-    def put_together(self, groups: Sequence[tuple[Sequence[VideoRef], Callable[[list[np.ndarray]], Any]]]) -> list[Any]:
+    def put_together(
+        self, groups: Sequence[tuple[Sequence[VideoRef], Callable[[list[np.ndarray]], Any]]], planar: bool = False
+    ) -> list[Any]:
         """``put(frames)`` of each ``(refs, put)`` of ``groups`` (a batch's items' fields: a
         window's frames put together as one array), every frame decoded as ``frames`` decodes
-        them. Each thread decodes its share of the files, then puts together the groups whose
-        frames all lie in its files (numpy turns frames into floats without the GIL too); the
-        others are put together on the caller's thread once every frame is there."""
+        them, ``planar``: CHW. Each thread decodes its share of the files, then puts together the
+        groups whose frames all lie in its files (numpy turns frames into floats without the GIL
+        too); the others are put together on the caller's thread once every frame is there."""
         distinct: dict[str, set[float]] = {}
         for refs, _ in groups:
             for r in refs:
@@ -470,7 +476,7 @@ class FrameDecoder:
             self._forked()
             shares = self._share(by_file)
             owner = {name: k for k, share in enumerate(shares) for name in share}
-            reads = self._prefetch(by_file, owner)
+            reads = self._prefetch(by_file, owner, planar)
             theirs: list[list[int]] = [[] for _ in shares]
             left: list[int] = []
             for g, (refs, _) in enumerate(groups):
@@ -481,7 +487,8 @@ class FrameDecoder:
                 mine: dict[tuple[str, float], np.ndarray] = {}
                 for name in shares[k]:
                     times = by_file[name]
-                    mine.update(zip(((name, t) for t in times), self._frames_of(k, name, times, reads.get(name)), strict=True))
+                    frames = self._frames_of(k, name, times, reads.get(name), planar)
+                    mine.update(zip(((name, t) for t in times), frames, strict=True))
                 for g in theirs[k]:
                     refs, put = groups[g]
                     out[g] = put([mine[(r.file, r.timestamp)] for r in refs])

@@ -646,16 +646,19 @@ class Episodes:
         offsets: Mapping[str, Sequence[int]] | None = None,
         *,
         frames: Callable[[list[np.ndarray]], Any] | None = None,
+        planar: bool = False,
     ) -> list[dict[str, Any]]:
         """``sample(e, t, offsets)`` of each ``(e, t)`` of ``steps``, their frames decoded together
         in file and time order (a batch's frames of one group of pictures share its keyframe start,
         each distinct frame is decoded once): what a DataLoader's batched fetch calls. ``frames``
         puts one field's frames of an item together (default ``np.stack``, a step's frame as it
         is; given, a step's is ``frames([frame])[0]``): a loader's own output made straight from
-        the decoded frames, without a stacked copy between."""
+        the decoded frames, without a stacked copy between. ``planar``: frames are CHW (planar
+        RGB, straight from the colour converter), what a CHW tensor is made of without a
+        transposing copy; else HWC."""
         read = self._column_episodes([self._e(e) for e, _ in steps]) if self._columns is not None else {}
         items = [self.sample(e, t, offsets or {}, decode=False, steps=read.get(self._e(e))) for e, t in steps]
-        self._decode_videos(items, frames)
+        self._decode_videos(items, frames, planar)
         return items
 
     def _column_episodes(self, es: Sequence[int]) -> dict[int, RowReader]:
@@ -664,7 +667,9 @@ class Episodes:
         reads = self._read_ranges([(e, 0, 1) for e in distinct])
         return {e: self._column_reader(e, read) for e, read in zip(distinct, reads, strict=True)}
 
-    def _decode_videos(self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None) -> None:
+    def _decode_videos(
+        self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None, planar: bool = False
+    ) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
         refs by its frames put together: ``put``, default stacked), all decoded in one call
         (``FrameDecoder.put_together``: on its threads, each putting together its files' frames)."""
@@ -677,7 +682,7 @@ class Episodes:
         groups = [(v, whole) if isinstance(v, list) else ([v], one) for v in (item[name] for item, name in slots)]
         if not any(refs for refs, _ in groups):
             return
-        for (item, name), value in zip(slots, self.video.decoder.put_together(groups), strict=True):
+        for (item, name), value in zip(slots, self.video.decoder.put_together(groups, planar), strict=True):
             item[name] = value
 
     def stream(self) -> EpisodeStream:

@@ -225,6 +225,7 @@ def test_torch_adapter_gives_chw_float(imported: dict[str, Path]) -> None:
     view = shardstore.episodes(str(imported["v2.1"]))
     want = view.window(1, 1, 1, 0)[CAMS[0]]
     assert item[CAMS[0]].dtype == torch.float32 and tuple(item[CAMS[0]].shape) == (2, 3, 32, 32)
+    assert item[CAMS[0]].is_contiguous()
     np.testing.assert_allclose(item[CAMS[0]].numpy(), want.transpose(0, 3, 1, 2) / 255.0, atol=1e-6)
 
 

@@ -79,6 +79,7 @@ def test_items_equal_lerobot_datasets(imported: tuple[Path, Path], tmp_path: Pat
                     else:  # LeRobot reads make_lerobot's tasks.parquet as task indices (issue 22)
                         assert got == ours.tasks[int(item["task_index"])]
                     continue
+                assert got.is_contiguous(), (s, i, key)  # as LeRobot's: collating views costs 2.5-4x
                 got = got.numpy()
                 assert got.dtype == value.dtype and got.shape == value.shape, (s, i, key)
                 np.testing.assert_array_equal(got, value, err_msg=f"spec {s} item {i} {key}")
@@ -164,6 +165,7 @@ def test_dataloader_batches_equal_items(imported: tuple[Path, Path]) -> None:
                 assert batch[key][k] == value
             else:
                 assert torch.equal(batch[key][k], value), key
+                assert value.is_contiguous(), key  # cameras as LeRobot's: CHW in memory, not a view
 
 
 def test_delta_window_decodes_only_the_cameras_asked(imported: tuple[Path, Path]) -> None:

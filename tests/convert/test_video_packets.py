@@ -278,3 +278,21 @@ def test_batch_on_threads_equals_pyav(src: Path, imported: Path) -> None:
     with pytest.raises(DecodeError, match=r"episode_000001\.mp4: no frame at 99\.000000 s"):
         decoder.frames(refs)
     assert decoder.frames(refs[:4])[3].shape == ref[(0, FRONT)][0].shape  # the threads are free again
+
+
+def test_planar_frames_are_pyavs_as_chw(src: Path, imported: Path) -> None:
+    """``get_many(..., planar=True)``: each frame CHW (FFmpeg's planar RGB), the same values as
+    PyAV's rgb24 frame transposed, for both codecs and through the frames kept; HWC calls after it
+    in the same process still get HWC."""
+    ref = reference(src)
+    view = shardstore.episodes(str(imported))
+    steps = [(0, 5), (1, 8), (0, 5), (2, 0)]
+    for _ in range(2):  # the second time from the frames kept
+        batch = view.get_many(steps, {FRONT: [-1, 0], WRIST: [0]}, planar=True)
+        for (e, t), item in zip(steps, batch, strict=True):
+            for cam, ts in ((FRONT, [max(t - 1, 0), t]), (WRIST, [t])):
+                want = np.stack([ref[(e, cam)][i].transpose(2, 0, 1) for i in ts])
+                got = item[cam]
+                assert got.flags.c_contiguous and got.shape == want.shape, (e, t, cam)
+                np.testing.assert_array_equal(got, want)
+    assert np.array_equal(view.step(0, 5)[FRONT], ref[(0, FRONT)][5])
