@@ -1652,24 +1652,18 @@ def _edit_to(op: Callable[..., Any], to: str, dataset: str, out: str | None, *, 
     """An edit whose OUT is in format ``to``: the edit into a scratch folder beside OUT, exported from
     there, the scratch removed (OUT is written by the export's own commit: the old one or the new)."""
     import dataclasses
-    import shutil
-    import tempfile
 
     from .convert.any_to_any import export_to, summary_of
+    from .episodes.staging import scratch_beside
     from .errors import ConfigError
     from .prepare import _sigterm_unwinds
 
     if out is None or options.get("in_place"):
         raise ConfigError("--to writes a new dataset at OUT: give OUT, without --in-place", member="--to")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(out.rstrip(os.sep))}.edit-", dir=parent)
-    try:
+    with scratch_beside(out) as scratch:
         edited = os.path.join(scratch, "dataset")
         report = _sigterm_unwinds(op)(dataset, edited, progress=progress, **{**options, "force": False})
         exported = _sigterm_unwinds(export_to)(edited, out, to=to, force=options.get("force", False))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     return dataclasses.replace(report, out=os.path.abspath(out)), summary_of(exported)
 
 

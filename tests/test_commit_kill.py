@@ -188,6 +188,23 @@ def test_check_removes_what_a_killed_export_left(tmp_path: Path) -> None:
     assert "removed .x.shardstore-tmp-" in check.stderr and _siblings(out) == []
 
 
+@pytest.mark.parametrize("command", ["convert", "edit"])
+def test_a_killed_conversion_leaves_nothing_the_next_one_keeps(tmp_path: Path, command: str) -> None:
+    """``convert`` and ``edit --to`` make a dataset in a scratch folder beside OUT on the way; killed
+    (SIGKILL: no ``finally``), they leave it, and the next run of either beside the same OUT
+    removes it (its process is gone) as the export's recovery removes its staging folder."""
+    ds = _dataset(tmp_path / "a", 3)
+    source = tmp_path / "minari-source"
+    _run("export", "minari", ds, source)
+    out = tmp_path / "work" / "x"
+    args = {"convert": ["convert", source, out, "--to", "minari"],
+            "edit": ["edit", "delete-episodes", ds, out, "--episodes", "1", "--to", "minari"]}[command]
+    _kill_at(args, "output-staged", tmp_path / "marker")
+    assert any(".x.shardstore-scratch-" in name for name in _siblings(out)), _siblings(out)
+    _run(*args)
+    assert _siblings(out) == [] and list(out.rglob("*.hdf5"))  # the Minari dataset, and nothing beside it
+
+
 def _multitask(root: Path, seed: int, bad: bool = False) -> Path:
     rng = np.random.default_rng(seed)
     for task in ("a", "b"):

@@ -15,11 +15,10 @@ each other.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..episodes.mapping import ConversionReport
+from ..episodes.staging import scratch_beside
 from ..errors import ConfigError, ShardstoreError
 
 __all__ = ["FORMATS", "ConversionResult", "convert", "detect_format"]
@@ -212,25 +212,16 @@ def convert(
     fmt = source_format or detect_format(src)
     if fmt not in FORMATS:
         raise ConfigError(f"unknown source format {fmt!r}; one of {', '.join(FORMATS)}", member="--from")
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    if keep is not None:
-        dataset, scratch = os.fspath(keep), None
-    else:
-        scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(out.rstrip(os.sep))}.convert-", dir=parent)
-        dataset = os.path.join(scratch, "dataset")
-    try:
+    with scratch_beside(out) if keep is None else contextlib.nullcontext("") as scratch:
+        dataset = os.path.join(scratch, "dataset") if keep is None else os.fspath(keep)
         imported = _import(fmt, src, dataset, allow_pickle, progress, storage_options)
         mapping = ConversionReport(fmt, to)
         exported = export_to(dataset, out, to=to, allow_pickle=allow_pickle, force=force, mapping=mapping,
                              **target_options)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
     if not (mapping.mapped or mapping.derived or mapping.dropped):
         mapping.note(f"{to}'s export has a report of its own: see 'exported'")
     summary = summary_of(imported)
-    if scratch is not None and "path" in summary:
+    if keep is None and "path" in summary:
         summary["path"] = None  # the temporary dataset is gone
     report = ConversionResult(src, out, fmt, to, summary, summary_of(exported), mapping,
                            round(time.perf_counter() - t0, 3), kept=None if keep is None else os.fspath(keep))

@@ -355,7 +355,7 @@ class _Decoder:
         want = int(index.shown[i])
         k = index.keyframe_before(i)
         reach = int(index.reach[i])
-        if self.file != name or self.sent < k or self.shown >= want:
+        if self.file != name or self.sent < k - 1 or self.shown >= want:
             self.restart(name, k)
         elif self.drained and all(f.pts != want for f in self.pending):
             self.restart(name, k)

@@ -23,16 +23,17 @@ dataset that ``out`` does not hold is never deleted while ``out`` is missing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 
 from .. import metaswap
 from ..errors import ConfigError, OutputLockedError, ShardstoreError, StorageError, from_library
 
-__all__ = ["StagedFolder", "recover", "recover_unlocked"]
+__all__ = ["StagedFolder", "recover", "recover_unlocked", "scratch_beside"]
 
 
 def _names(out: str) -> tuple[str, str, str, str]:
@@ -178,3 +179,27 @@ def _remove(path: str) -> None:
         os.unlink(path)
     else:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def scratch_beside(out: str | os.PathLike[str]) -> Iterator[str]:
+    """A hidden working folder ``.<name>.shardstore-scratch-<host>-<pid>-<random>`` beside ``out``
+    for a dataset made on the way to it (a conversion's import, an edit exported to another
+    format), removed at the end. Those a killed process of this host left (SIGKILL runs no
+    ``finally``) are removed first; a live process's are not."""
+    out = os.path.abspath(os.fspath(out))
+    parent, base = os.path.split(out)
+    prefix = f".{base}.shardstore-scratch-"
+    try:
+        os.makedirs(parent, exist_ok=True)
+        for name in os.listdir(parent):
+            if name.startswith(prefix) and metaswap.owner_gone(name, prefix):
+                _remove(os.path.join(parent, name))
+        path = os.path.join(parent, f"{prefix}{metaswap.HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        os.mkdir(path)
+    except OSError as e:
+        raise StorageError(f"cannot write beside OUT here: {e.strerror}", path=out) from None
+    try:
+        yield path
+    finally:
+        _remove(path)

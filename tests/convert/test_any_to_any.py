@@ -423,5 +423,5 @@ def test_cell(src: str, tgt: str, route: str, matrix: Matrix, truth: dict[str, l
     else:
         got = request.getfixturevalue("lerobot_loaded")(tgt.removeprefix("lerobot-"))[out]
     assert_same(got, truth[src], lossy=tgt.startswith("lerobot"))
-    leftovers = [p.name for p in out.parent.iterdir() if ".convert-" in p.name]
+    leftovers = [p.name for p in out.parent.iterdir() if ".shardstore-scratch-" in p.name]
     assert not leftovers, leftovers

@@ -125,7 +125,7 @@ def test_pickled_steps_into_lerobot_ask_for_allow_pickle_then_decode(frames: Pat
         assert res.exit_code == 1 and "Traceback" not in res.output
         assert len(res.output.strip().splitlines()) == 1
         assert "--allow-pickle" in res.output and "obs" in res.output and "acts" in res.output
-        assert not out.exists() and not [p for p in tmp_path.iterdir() if ".convert-" in p.name]
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if ".shardstore-scratch-" in p.name]
         res = cli(*args, out, *(("--to", "lerobot") if args[0] == "convert" else ()), "--fps", "10",
                   "--final-observation", "keep", "--images", "image", "--allow-pickle", "-q")
         assert res.exit_code == 0, res.output
