@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
+# pip's download cache would hold a second copy of every wheel: the LeRobot venvs alone pull two CUDA
+# builds of torch (~3 GB of wheels each), and a CI machine with a few GB free runs out of disk on them.
+export PIP_NO_CACHE_DIR ?= 1
 
 .PHONY: help venv energon6 tfds lerobot doctor test test-all test-deps test-fast demo lint bench system-deps clean bench-quick bench-peers bench-lerobot bench-rlds-peer
 
