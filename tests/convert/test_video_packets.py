@@ -296,3 +296,52 @@ def test_planar_frames_are_pyavs_as_chw(src: Path, imported: Path) -> None:
                 assert got.flags.c_contiguous and got.shape == want.shape, (e, t, cam)
                 np.testing.assert_array_equal(got, want)
     assert np.array_equal(view.step(0, 5)[FRONT], ref[(0, FRONT)][5])
+
+
+def test_decode_workers_are_kept_and_hand_back_errors() -> None:
+    """The decode threads live on between calls (starting one per call cost 0.17 ms of a 3 ms
+    item), an error on one reaches the caller and leaves the workers serving, and a forked child
+    gets workers of its own (a parent's threads do not survive the fork)."""
+    import multiprocessing
+    import threading
+
+    from shardstore.episodes import video
+
+    def names() -> list[str]:
+        seen: list[str] = []
+        video._on_threads(lambda k: seen.append(threading.current_thread().name), 3)
+        return sorted(seen)
+
+    def threads() -> set[threading.Thread]:
+        seen: set[threading.Thread] = set()
+        video._on_threads(lambda k: seen.add(threading.current_thread()), 3)
+        return seen
+
+    first = names()
+    assert first == sorted([threading.current_thread().name, "shardstore-decode-1", "shardstore-decode-2"])
+    kept = threads()
+    for _ in range(20):
+        assert threads() == kept  # the same thread objects, not new ones of the same names
+
+    def fail(k: int) -> None:
+        if k == 2:
+            raise ValueError("frame 7: Invalid data")
+
+    with pytest.raises(ValueError, match="frame 7"):
+        video._on_threads(fail, 3)
+    assert names() == first
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        child = sorted(pool.apply(_worker_names_in_child))
+    assert [n for n in child if n.startswith("shardstore-decode")] == ["shardstore-decode-1", "shardstore-decode-2"]
+
+
+def _worker_names_in_child() -> list[str]:
+    import threading
+
+    from shardstore.episodes import video
+
+    seen: list[str] = []
+    video._on_threads(lambda k: seen.append(threading.current_thread().name), 3)
+    return seen
