@@ -71,6 +71,24 @@ def test_index_of_plain_files(src: Path) -> None:
         assert data[index.pos[-1] + index.size[-1] :][4:8] in (b"moov", b"")  # packets end where mdat does
 
 
+def test_frames_at_one_by_one_and_as_an_array_agree(src: Path) -> None:
+    """A few timestamps are looked up one by one, many as an array: the same frames (rounding half
+    to even, half a frame either side), the same one-line error for a time with no frame, NaN
+    and infinity (a hostile dataset's timestamps) included."""
+    path = video_path(src, 1, WRIST)
+    index = index_packets(lambda: open(path, "rb"), str(path))
+    assert index is not None
+    fps = 10
+    times = [k / fps + d for k in range(LENGTHS[1]) for d in (0.0, 0.049, -0.049)]
+    times = [t for t in times if t >= 0]
+    one_by_one = [index.frames_at([t], "x")[0] for t in times]
+    assert one_by_one == index.frames_at(times, "x") == [round(t * fps) for t in times]
+    for bad in (LENGTHS[1] / fps + 0.2, -0.2, float("nan"), float("inf")):
+        for many in ([bad], [0.0] * 5 + [bad]):
+            with pytest.raises(DecodeError, match=r"x: no frame at"):
+                index.frames_at(many, "x")
+
+
 def test_random_reads_equal_pyav(src: Path, imported: Path) -> None:
     """Forward, backward, across files and codecs alike: every frame as PyAV decodes the file."""
     ref = reference(src)
