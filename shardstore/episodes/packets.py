@@ -164,13 +164,13 @@ class PacketIndex:
         calls cost 28 us, a hundredth of a random frame's item."""
         half = max(1, self.step) // 2
         if len(timestamps) <= 4:
-            tb, shown, found = float(self.time_base), self.shown, []
+            tb, shown, found = float(self.time_base), self.shown, list[int]()
             for t in timestamps:
                 if not math.isfinite(t):
                     raise _no_frame(t, name)
-                target = round(t / tb)  # half to even, as np.round
-                i = int(shown.searchsorted(target - half))
-                if i >= len(shown) or shown[i] > target + half:
+                at = round(t / tb)  # half to even, as np.round
+                i = int(shown.searchsorted(at - half))
+                if i >= len(shown) or shown[i] > at + half:
                     raise _no_frame(t, name)
                 found.append(i)
             return found
