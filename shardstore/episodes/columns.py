@@ -45,7 +45,7 @@ from .model import FLAG_FIELDS, FieldSpec, Schema, StepValues
 from .npy import npy_header, parse_header
 from .video import VideoRef, refs_to_bytes
 
-__all__ = ["STEPS_PART", "BLOBS_PART", "ColumnEpisode", "ColumnLayout", "RecentEpisodes", "encode_columns", "row_dtype"]
+__all__ = ["RECENT", "RECENT_BYTES", "STEPS_PART", "BLOBS_PART", "ColumnEpisode", "ColumnLayout", "encode_columns", "row_dtype"]
 
 STEPS_PART = "steps.npy"
 BLOBS_PART = "blobs.bin"
@@ -168,8 +168,8 @@ _ARRAY, _MEDIA, _TEXT, _VIDEO = range(4)
 #: Bytes of a media or text field's columns (offset, size: ``QQ``) and a video field's (file,
 #: timestamp, frame: ``Idq``).
 _SPAN_BYTES, _REF_BYTES = struct.calcsize("<QQ"), struct.calcsize("<Idq")
-#: The episodes a view keeps opened (``RecentEpisodes``), and the bytes of their row starts.
-_RECENT, _RECENT_BYTES = 1 << 16, 64 << 20
+#: The episodes a view keeps opened (``Episodes._recent``), and the bytes of their row starts.
+RECENT, RECENT_BYTES = 1 << 16, 64 << 20
 
 
 class _Column(NamedTuple):
@@ -192,7 +192,7 @@ class _Column(NamedTuple):
 class ColumnEpisode:
     """One episode of the columns layout, located and checked once (``ColumnLayout.open``) so that
     a step is one read and a few indexings: the view keeps the episodes it read last
-    (``RecentEpisodes``). Offsets are the shard's (``start``: the sample's first byte, ``records``:
+    (``Episodes._recent``). Offsets are the shard's (``start``: the sample's first byte, ``records``:
     steps.npy's first record, ``blobs``: blobs.bin's first byte); ``starts`` is the episode index's
     table of row starts in ``blobs.bin`` (``encode_columns``' second value), None without media or
     text fields or from an older index."""
@@ -219,38 +219,6 @@ class ColumnEpisode:
             raise DecodeError(f"the episode index puts rows {lo} to {hi - 1} at bytes {base} to {stop} of blobs.bin, "
                               f"which has {self.blob_bytes}", member=self.where, noun="")
         return base, stop
-
-
-class RecentEpisodes:
-    """The episodes a view opened last (``ColumnLayout.open``), by position: at most ``_RECENT``
-    of them and ``_RECENT_BYTES`` of row starts, the least recently read dropped first. Safe from
-    several threads without a lock (a lost entry is opened again); pickles empty."""
-
-    def __init__(self) -> None:
-        self._kept: dict[int, ColumnEpisode] = {}
-        self._bytes = 0
-
-    def get(self, e: int) -> ColumnEpisode | None:
-        ep = self._kept.pop(e, None)
-        if ep is not None:
-            self._kept[e] = ep  # now the most recent
-        return ep
-
-    def put(self, e: int, ep: ColumnEpisode) -> None:
-        self._bytes += _nbytes(ep)
-        self._kept[e] = ep
-        while len(self._kept) > _RECENT or self._bytes > _RECENT_BYTES:
-            try:
-                self._bytes -= _nbytes(self._kept.pop(next(iter(self._kept))))
-            except (KeyError, RuntimeError, StopIteration):  # another thread's change meanwhile
-                break
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_kept": {}, "_bytes": 0}
-
-
-def _nbytes(ep: ColumnEpisode) -> int:
-    return 0 if ep.starts is None else ep.starts.nbytes
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -37,12 +37,13 @@ from ..keys import split_name
 from ..storage import ByteRange, LocalStorage
 from ..tarscan import fill_plain_sample, plain_members
 from . import layout
-from .columns import ColumnEpisode, ColumnLayout, RecentEpisodes
+from .columns import RECENT, RECENT_BYTES, ColumnEpisode, ColumnLayout
 from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .names import safe_relpath
 from .npy import decode, decode_rows, parse_header
 from .packets import PACKETS_FILE
+from .recent import Recent
 from .video import VideoRef, VideoStore, refs_from_bytes
 
 __all__ = ["Episodes", "episodes"]
@@ -58,6 +59,10 @@ _LOCAL_GAP = 4096
 Buffer = bytes | memoryview
 #: ``rows(lo, hi)``: every field's rows ``lo .. hi - 1`` of an episode already read.
 RowReader = Callable[[int, int], dict[str, Any]]
+#: Bytes of whole episodes a view keeps once a batch read them (``SHARDSTORE_EPISODES_KEPT_MB``):
+#: a training loop comes back to each episode every epoch, and over S3 reading a batch's episodes
+#: is a round trip of its own, a third of a batch of 32 policy windows behind a 20 ms delay.
+READ_BYTES = int(float(os.environ.get("SHARDSTORE_EPISODES_KEPT_MB", "128")) * 2**20)
 #: The keys of ``Episodes.to_dict``: the research code's dict of concatenated trajectories.
 DICT_KEYS = ("obs", "next_obs", "acts", "dones")
 
@@ -89,7 +94,8 @@ class Episodes:
                               path=storage.url(f"{_META}/{EPISODES_SQLITE}"))
         self._columns = ColumnLayout.of(self.schema) if self.layout == 2 else None
         self._video_names = [str(name) for name in self.schema.attrs.get("video_files") or []]
-        self._recent = RecentEpisodes()
+        self._recent: Recent[ColumnEpisode] = Recent(RECENT, RECENT_BYTES)
+        self._read: Recent[RowReader] = Recent(RECENT, READ_BYTES)
         self._video_fields = [f.name for f in self.schema.fields if f.kind == "video"]
         pos = self.index.positions([s.name for s in dataset.shards])
         self._number, self._shard, self._first = pos.number, pos.shard, pos.first
@@ -275,7 +281,7 @@ class Episodes:
         ``ColumnLayout.check_sample``): in the same read when the range lies within the storage's
         merge gap of the sample's first byte (``_LOCAL_GAP`` on a local disk), else by a read of the
         sample's headers before. Then
-        the episode is kept (``RecentEpisodes``): later reads of it are the range alone."""
+        the episode is kept (``_recent``): later reads of it are the range alone."""
         storage = self.dataset.storage
         if not new:
             return storage.read_at(ep.shard, offset, size)
@@ -287,7 +293,7 @@ class Episodes:
         near = reach <= (_LOCAL_GAP if isinstance(storage, LocalStorage) else getattr(storage, "merge_gap", 0))
         data = storage.read_at(ep.shard, ep.start, reach if near else head)
         cl.check_sample(data, layout.episode_key(self._number.item(e)), ep.rows, ep.where)
-        self._recent.put(e, ep)
+        self._recent.put(e, ep, 0 if ep.starts is None else ep.starts.nbytes)
         if near:
             return data[offset - ep.start :]  # bytes: values cut from bytes cost less than from a memoryview
         return storage.read_at(ep.shard, offset, size)
@@ -662,10 +668,15 @@ class Episodes:
         return items
 
     def _column_episodes(self, es: Sequence[int]) -> dict[int, RowReader]:
-        """A row reader of each distinct episode position of ``es`` (columns layout), read at once."""
-        distinct = sorted(set(es))
-        reads = self._read_ranges([(e, 0, 1) for e in distinct])
-        return {e: self._column_reader(e, read) for e, read in zip(distinct, reads, strict=True)}
+        """A row reader of each distinct episode position of ``es`` (columns layout): the ones
+        read lately kept (``READ_BYTES``), the others read at once (one round trip on S3)."""
+        readers = {e: self._read.get(e) for e in sorted(set(es))}
+        todo = [e for e, reader in readers.items() if reader is None]
+        if todo:
+            for e, read in zip(todo, self._read_ranges([(e, 0, 1) for e in todo]), strict=True):
+                readers[e] = reader = self._column_reader(e, read)
+                self._read.put(e, reader, len(read[2]))
+        return cast(dict[int, RowReader], readers)
 
     def _decode_videos(
         self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None, planar: bool = False

@@ -363,3 +363,39 @@ def _worker_names_in_child() -> list[str]:
     seen: list[str] = []
     video._on_threads(lambda k: seen.append(threading.current_thread().name), 3)
     return seen
+
+
+def test_a_batch_keeps_the_episodes_it_read(imported: Path) -> None:
+    """A batch reads its episodes' samples once: the next batch on the same episodes reads none
+    of them again (over S3 that is a round trip per batch), and gives what a fresh view gives;
+    the keep is bounded in bytes and the least recently used episode goes first."""
+    import pickle
+
+    from shardstore.episodes.recent import Recent
+
+    view = shardstore.episodes(str(imported))
+    view.get_many([(0, 5), (1, 8), (2, 3)], {WRIST: [0]})
+    storage = view.dataset.storage
+    reads: list[str] = []
+    real_at, real_ranges = storage.read_at, storage.read_ranges
+    storage.read_at = lambda path, *a: reads.append(path) or real_at(path, *a)  # type: ignore[method-assign]
+    storage.read_ranges = lambda rs: reads.extend(p for p, _ in rs) or real_ranges(rs)  # type: ignore[method-assign]
+    steps = [(0, 6), (1, 2), (2, 3), (2, 9)]
+    again = view.get_many(steps, {WRIST: [-1, 0]})
+    assert [p for p in reads if not p.startswith(".videos")] == []
+    fresh = shardstore.episodes(str(imported)).get_many(steps, {WRIST: [-1, 0]})
+    for a, b in zip(again, fresh, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+    kept: Recent[str] = Recent(most=3, limit=100)
+    kept.put(0, "episode 0", 40)
+    kept.put(1, "episode 1", 40)
+    assert kept.get(0) == "episode 0"  # now used after 1
+    kept.put(2, "episode 2", 40)
+    assert kept.get(1) is None and kept.get(0) == "episode 0"  # 120 bytes > 100: the least recent (1) went
+    assert kept.nbytes == 80 and len(kept) == 2
+    kept.put(7, "too large", 101)
+    assert kept.get(7) is None and kept.nbytes == 80
+    assert len(pickle.loads(pickle.dumps(kept))) == 0  # a DataLoader worker starts empty
