@@ -533,25 +533,32 @@ def _on_threads(work: Callable[[int], None], n: int) -> None:
 
 
 Task = tuple[Callable[[int], None], int, "queue.SimpleQueue[BaseException | None]"]
-#: The decode workers of this process (``_workers``), made again in a forked child (threads do not
-#: survive a fork): starting a thread per call cost 0.17 ms, a twentieth of a random frame's item.
-_WORKERS: dict[int, list[queue.SimpleQueue[Task]]] = {}
+#: The task queues of this process's decode workers (``_workers``): starting a thread per call
+#: cost 0.17 ms, a twentieth of a random frame's item.
+_WORKERS: list[queue.SimpleQueue[Task]] = []
 _WORKERS_LOCK = threading.Lock()
+
+
+def _forget_workers() -> None:
+    """In a forked child: the parent's threads did not come along, and its lock may have been
+    held by one of them at the fork."""
+    global _WORKERS_LOCK
+    _WORKERS.clear()
+    _WORKERS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _workers(n: int) -> list[queue.SimpleQueue[Task]]:
     """The task queues of ``n`` decode worker threads (daemons, started on first use)."""
     with _WORKERS_LOCK:
-        pid = os.getpid()
-        if pid not in _WORKERS:
-            _WORKERS.clear()
-            _WORKERS[pid] = []
-        queues = _WORKERS[pid]
-        while len(queues) < n:
+        while len(_WORKERS) < n:
             q: queue.SimpleQueue[Task] = queue.SimpleQueue()
-            threading.Thread(target=_serve, args=(q,), name=f"shardstore-decode-{len(queues) + 1}", daemon=True).start()
-            queues.append(q)
-        return queues[:n]
+            threading.Thread(target=_serve, args=(q,), name=f"shardstore-decode-{len(_WORKERS) + 1}", daemon=True).start()
+            _WORKERS.append(q)
+        return _WORKERS[:n]
 
 
 def _serve(tasks: queue.SimpleQueue[Task]) -> None:

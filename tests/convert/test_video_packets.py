@@ -319,7 +319,8 @@ def test_planar_frames_are_pyavs_as_chw(src: Path, imported: Path) -> None:
 def test_decode_workers_are_kept_and_hand_back_errors() -> None:
     """The decode threads live on between calls (starting one per call cost 0.17 ms of a 3 ms
     item), an error on one reaches the caller and leaves the workers serving, and a forked child
-    gets workers of its own (a parent's threads do not survive the fork)."""
+    gets workers of its own (a parent's threads do not survive the fork), even when the fork came
+    while another thread held the workers' lock."""
     import multiprocessing
     import threading
 
@@ -350,8 +351,10 @@ def test_decode_workers_are_kept_and_hand_back_errors() -> None:
     assert names() == first
 
     ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(1) as pool:
-        child = sorted(pool.apply(_worker_names_in_child))
+    with video._WORKERS_LOCK:  # forked while another thread holds the workers' lock
+        pool = ctx.Pool(1)
+    with pool:
+        child = sorted(pool.apply_async(_worker_names_in_child).get(timeout=60))
     assert [n for n in child if n.startswith("shardstore-decode")] == ["shardstore-decode-1", "shardstore-decode-2"]
 
 
