@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .episodes.packets import Frame
 from .episodes.view import Episodes, episodes
 from .storage import LocalStorage
 from .torch import _tud, chw_float, torch  # torch.py raises MissingExtraError without torch
@@ -167,7 +168,7 @@ def _is_image(f: Any) -> bool:
     return bool(f.kind == "media" and f.encoding in ("png", "jpg", "jpeg"))
 
 
-def _planar_float(frames: list[np.ndarray]) -> torch.Tensor:
+def _planar_float(frames: list[Frame]) -> torch.Tensor:
     return chw_float(frames, planar=True)
 
 

@@ -25,25 +25,12 @@ from zlib import adler32
 
 import numpy as np
 
+from . import compiled
 from .errors import TarFormatError, TruncatedTarError
 from .storage import ByteRange, Storage
 
-
-def _load_tarwalk() -> Any:
-    """The compiled header walk (``_tarwalk.c``), or None: not built (no compiler where the package
-    was installed) or ``SHARDSTORE_PURE_PYTHON`` set. The Python walker is the reference; the
-    compiled one takes only plain ustar headers and hands every other header back to it."""
-    if os.environ.get("SHARDSTORE_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from . import _tarwalk  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    return _tarwalk
-
-
 #: ``walk`` and ``plain``: see ``_tarwalk.c``. Tests set it to None to run the Python walker.
-_tarwalk = _load_tarwalk()
+_tarwalk = compiled.load("_tarwalk")
 
 __all__ = [
     "TarMember",

@@ -13,11 +13,14 @@ imports this module.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import EpisodeFormatError, MissingExtraError
+
+if TYPE_CHECKING:
+    from .episodes.packets import Frame
 
 try:
     import torch
@@ -25,6 +28,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise MissingExtraError(f"shardstore.torch needs PyTorch: pip install 'shardstore[torch]' ({e})") from e
 
+from . import compiled
 from .bufferpool import FRAMES
 from .dataset import Dataset
 from .dataset import open as open_dataset
@@ -212,26 +216,45 @@ class EpisodeStepDataset(_tud.Dataset):  # type: ignore[type-arg]
         return self._tasks[k]
 
 
-def chw_float(frames: np.ndarray | Sequence[np.ndarray], *, planar: bool = False) -> torch.Tensor:
+def chw_float(frames: np.ndarray | Sequence[Frame], *, planar: bool = False) -> torch.Tensor:
     """HWC (or THWC, or a list of HWC) uint8 frames as a contiguous float32 tensor in [0, 1], CHW
-    (or TCHW), as LeRobot's; ``planar``: the frames are CHW already (``get_many(...,
-    planar=True)``), so the cast needs no transpose. Each frame is cast into its slot of one new
-    float32 array, then divided in place while its 600 KB are still in the core's cache
-    (dividing a whole window afterwards read it back from memory: 7% of a history batch): the
-    same floats as torch's ``/ 255`` of a float tensor, at a third less time than numpy's
-    mixed-type divide; torch's intra-op threads spin and cost 3-4x the time on a busy machine,
-    and DataLoader workers run one thread each anyway. Contiguous because a DataLoader's collate
-    stacks a batch 2.5-4x slower from channels-last views. The float arrays come from a pool
-    (``bufferpool``): taken back when the tensor is freed, a window's 10 MB cost no fresh pages
-    from the kernel."""
+    (or TCHW), as LeRobot's; ``planar``: a list of frames given as their colour planes
+    (``Planes``, what ``get_many(..., planar=True)`` gives ``frames``) or CHW arrays, cast
+    without a transpose. The same floats as torch's ``/ 255`` of a float tensor. Planes are cast
+    by ``_unitfloat.c`` in one pass that bypasses the cache (numpy casts, then divides in place,
+    and each store first reads its line from memory: half the time of numpy for a 224x224 frame,
+    ``tools/bench/unit_float.py``); HWC frames are cast into their slot and divided while its
+    600 KB are still in the core's cache. torch's intra-op threads spin and cost 3-4x the time on
+    a busy machine, and DataLoader workers run one thread each anyway. Contiguous because a
+    DataLoader's collate stacks a batch 2.5-4x slower from channels-last views. The float arrays
+    come from a pool (``bufferpool``): taken back when the tensor is freed, a window's 10 MB cost
+    no fresh pages from the kernel."""
     one = isinstance(frames, np.ndarray) and frames.ndim == 3
-    if one:
-        frames = [frames]  # type: ignore[list-item]
-    first = frames[0]
-    shape = first.shape if planar else (first.shape[2], *first.shape[:2])
-    out = FRAMES.take((len(frames), *shape))
-    for t, frame in enumerate(frames):
-        slot = out[t]
-        slot[...] = frame if planar else frame.transpose(2, 0, 1)
-        np.divide(slot, np.float32(255), out=slot)
+    each: list[Any] = [frames] if one else list(frames)
+    first = each[0]
+    shape = (len(first), *first[0].shape) if planar else (first.shape[2], *first.shape[:2])
+    out = FRAMES.take((len(each), *shape))
+    for t, frame in enumerate(each):
+        if planar:
+            _unit_planes(frame, out[t])
+        else:
+            slot = out[t]
+            slot[...] = frame.transpose(2, 0, 1)
+            np.divide(slot, np.float32(255), out=slot)
     return torch.from_numpy(out[0] if one else out)
+
+
+def _unit_planes(frame: Frame, slot: np.ndarray) -> None:
+    """``slot`` (CHW float32) = ``frame``'s planes / 255: by the compiled one-pass cast where it
+    is built and the planes are uint8 rows, else by numpy (cast, then divide in place)."""
+    if _unitfloat is not None and all(p.dtype == np.uint8 and p.strides[1] == 1 for p in frame):
+        for c, plane in enumerate(frame):
+            _unitfloat.unit_float(plane, slot[c])
+        return
+    for c, plane in enumerate(frame):
+        slot[c] = plane
+    np.divide(slot, np.float32(255), out=slot)
+
+
+#: ``unit_float(src, dst)``: see ``_unitfloat.c``. Tests set it to None to run the numpy path.
+_unitfloat = compiled.load("_unitfloat")

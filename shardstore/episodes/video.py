@@ -41,9 +41,11 @@ from ..errors import DecodeError, MissingExtraError
 from ..storage import ByteRange, Storage
 from .packets import (
     THREADS,
+    Frame,
     PacketIndex,
     PacketReader,
     PacketSource,
+    Planes,
     index_packets,
     load_packets,
     rgb24,
@@ -376,12 +378,12 @@ class FrameDecoder:
 
     def _frames_of(
         self, thread: int, name: str, timestamps: list[float], read: Callable[[int, int], bytes] | None, planar: bool
-    ) -> list[np.ndarray]:
+    ) -> list[Frame]:
         source = self._source(name)
         if source is None:
             video = self._video(name)
             frames = [video.frame(t) for t in timestamps]
-            return [np.ascontiguousarray(f.transpose(2, 0, 1)) for f in frames] if planar else frames
+            return [Planes(*np.ascontiguousarray(f.transpose(2, 0, 1))) for f in frames] if planar else list(frames)
         index = source.index
         reader = self._packet_reader(thread)
         return reader.frames(name, index, read or source.read, index.frames_at(timestamps, name), planar)
@@ -460,11 +462,11 @@ class FrameDecoder:
         return cast(list[np.ndarray], self.put_together([(refs, list)])[0])
 
     def put_together(
-        self, groups: Sequence[tuple[Sequence[VideoRef], Callable[[list[np.ndarray]], Any]]], planar: bool = False
+        self, groups: Sequence[tuple[Sequence[VideoRef], Callable[[list[Frame]], Any]]], planar: bool = False
     ) -> list[Any]:
         """``put(frames)`` of each ``(refs, put)`` of ``groups`` (a batch's items' fields: a
         window's frames put together as one array), every frame decoded as ``frames`` decodes
-        them, ``planar``: CHW. Each thread decodes its share of the files, then puts together the
+        them, ``planar``: as its ``Planes`` (CHW). Each thread decodes its share of the files, then puts together the
         groups whose frames all lie in its files (numpy turns frames into floats without the GIL
         too); the others are put together on the caller's thread once every frame is there."""
         distinct: dict[str, set[float]] = {}
@@ -473,7 +475,7 @@ class FrameDecoder:
                 distinct.setdefault(r.file, set()).add(r.timestamp)
         by_file = {name: sorted(distinct[name]) for name in sorted(distinct)}
         out: list[Any] = [None] * len(groups)
-        got: dict[tuple[str, float], np.ndarray] = {}
+        got: dict[tuple[str, float], Frame] = {}
         with self._lock:
             self._forked()
             shares = self._share(by_file)
@@ -486,7 +488,7 @@ class FrameDecoder:
                 (theirs[ks.pop()] if len(ks) == 1 else left).append(g)
 
             def work(k: int) -> None:
-                mine: dict[tuple[str, float], np.ndarray] = {}
+                mine: dict[tuple[str, float], Frame] = {}
                 for name in shares[k]:
                     times = by_file[name]
                     frames = self._frames_of(k, name, times, reads.get(name), planar)

@@ -42,7 +42,7 @@ from .index import EPISODES_SQLITE, SCHEMA_JSON, SOURCE_DIR, EpisodeIndexReader
 from .model import Episode, EpisodeStream, FieldSpec, Schema
 from .names import safe_relpath
 from .npy import decode, decode_rows, parse_header
-from .packets import PACKETS_FILE
+from .packets import PACKETS_FILE, Frame
 from .recent import Recent
 from .video import VideoRef, VideoStore, refs_from_bytes
 
@@ -651,7 +651,7 @@ class Episodes:
         steps: Sequence[tuple[int, int]],
         offsets: Mapping[str, Sequence[int]] | None = None,
         *,
-        frames: Callable[[list[np.ndarray]], Any] | None = None,
+        frames: Callable[[list[Frame]], Any] | None = None,
         planar: bool = False,
     ) -> list[dict[str, Any]]:
         """``sample(e, t, offsets)`` of each ``(e, t)`` of ``steps``, their frames decoded together
@@ -659,9 +659,9 @@ class Episodes:
         each distinct frame is decoded once): what a DataLoader's batched fetch calls. ``frames``
         puts one field's frames of an item together (default ``np.stack``, a step's frame as it
         is; given, a step's is ``frames([frame])[0]``): a loader's own output made straight from
-        the decoded frames, without a stacked copy between. ``planar``: frames are CHW (planar
-        RGB, straight from the colour converter), what a CHW tensor is made of without a
-        transposing copy; else HWC."""
+        the decoded frames, without a stacked copy between. ``planar``: ``frames`` is given each
+        frame as its ``Planes`` R, G and B (views of the colour converter's output), what a CHW
+        tensor is made of without a transposing copy, and the default gives CHW arrays; else HWC."""
         read = self._column_episodes([self._e(e) for e, _ in steps]) if self._columns is not None else {}
         items = [self.sample(e, t, offsets or {}, decode=False, steps=read.get(self._e(e))) for e, t in steps]
         self._decode_videos(items, frames, planar)
@@ -679,7 +679,7 @@ class Episodes:
         return cast(dict[int, RowReader], readers)
 
     def _decode_videos(
-        self, items: list[dict[str, Any]], put: Callable[[list[np.ndarray]], Any] | None = None, planar: bool = False
+        self, items: list[dict[str, Any]], put: Callable[[list[Frame]], Any] | None = None, planar: bool = False
     ) -> None:
         """Replace the ``VideoRef`` values of ``items``' video fields by their frames (a list of
         refs by its frames put together: ``put``, default stacked), all decoded in one call
@@ -689,7 +689,7 @@ class Episodes:
         if not slots:
             return
         whole = put or np.stack
-        one: Callable[[list[np.ndarray]], Any] = (lambda frames: frames[0]) if put is None else (lambda frames: put(frames)[0])
+        one: Callable[[list[Frame]], Any] = (lambda frames: np.asarray(frames[0])) if put is None else (lambda frames: put(frames)[0])
         groups = [(v, whole) if isinstance(v, list) else ([v], one) for v in (item[name] for item, name in slots)]
         if not any(refs for refs, _ in groups):
             return
