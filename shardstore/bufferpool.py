@@ -9,8 +9,10 @@ already touched took 1.4 ms, and on a busy machine the faults cost the loader ha
 ``BufferPool.take(shape)`` gives a new C-contiguous array over a buffer of the pool; when the last
 reference to that array goes (the tensor ``torch.from_numpy`` made of it, and every view of either),
 a finalizer puts the buffer back, for the next item of the same size. Buffers nobody uses cost no
-more than ``limit`` bytes; what does not fit is left to the allocator. One pool per process
-(DataLoader workers each fill their own); thread-safe.
+more than ``limit`` bytes: a buffer given back to a full pool makes room by letting go of the buffers of
+the size given back least lately (a loader that moves from 16-frame windows to 2-frame ones keeps the
+new size, not 600 MB of the old one). One pool per process (DataLoader workers each fill their own);
+thread-safe.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import os
 import threading
 import weakref
+from collections import OrderedDict
 
 import numpy as np
 
@@ -39,7 +42,7 @@ class BufferPool:
     def __init__(self, dtype: type | np.dtype = np.float32, limit: int = LIMIT) -> None:
         self.dtype = np.dtype(dtype)
         self.limit = limit
-        self._free: dict[int, list[np.ndarray]] = {}
+        self._free: OrderedDict[int, list[np.ndarray]] = OrderedDict()  # per size, the one given back last at the end
         self._kept = 0
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -57,7 +60,7 @@ class BufferPool:
         buf = None
         with self._lock:
             if self._pid != os.getpid():  # a forked child: the parent's arrays are not its own
-                self._free, self._kept, self._pid = {}, 0, os.getpid()
+                self._free, self._kept, self._pid = OrderedDict(), 0, os.getpid()
             free = self._free.get(count)
             if free:
                 buf = free.pop()
@@ -70,9 +73,15 @@ class BufferPool:
 
     def _give(self, buf: np.ndarray, pid: int) -> None:
         with self._lock:
-            if pid != self._pid or self._kept + buf.nbytes > self.limit:
+            if pid != self._pid or buf.nbytes > self.limit:
                 return
+            while self._kept + buf.nbytes > self.limit:  # room made by the size given back least lately
+                size, bufs = next(iter(self._free.items()))
+                self._kept -= bufs.pop().nbytes
+                if not bufs:
+                    del self._free[size]
             self._free.setdefault(buf.size, []).append(buf)
+            self._free.move_to_end(buf.size)
             self._kept += buf.nbytes
 
 

@@ -58,3 +58,28 @@ def test_small_arrays_are_left_to_malloc() -> None:
     small = pool.take((16,))
     del small
     assert pool.kept == 0
+
+
+def test_a_full_pool_makes_room_for_the_size_given_back_lately() -> None:
+    """A loader that moves from one window size to another (history to policy windows, train to
+    eval) keeps buffers of the new size: the old size's give way, least lately given back first."""
+    pool = BufferPool(np.float32, limit=8 * SMALLEST)
+    big, small = (4, SMALLEST // 4), (2, SMALLEST // 4)  # 4 and 2 x SMALLEST bytes
+    olds = [pool.take(big) for _ in range(2)]
+    del olds
+    gc.collect()
+    assert pool.kept == 8 * SMALLEST  # full of the big size
+    news = [pool.take(small) for _ in range(3)]
+    addresses = {a.__array_interface__["data"][0] for a in news}
+    del news
+    gc.collect()
+    assert pool.kept <= 8 * SMALLEST
+    again = [pool.take(small) for _ in range(3)]
+    assert {a.__array_interface__["data"][0] for a in again} == addresses  # all three kept, reused
+    assert pool.kept == 0  # both big buffers gave way to the three small ones
+    too_big = pool.take((9, SMALLEST // 4))
+    del again
+    gc.collect()
+    del too_big
+    gc.collect()
+    assert pool.kept == 6 * SMALLEST  # the one over the limit was not kept, nor made room for
