@@ -33,6 +33,8 @@ STAGES = {
     "humanize": 0,  # byte sizes and counts for the summary lines: imports nothing
     "_tarwalk": 0,  # the optional compiled header walk (_tarwalk.c): imports nothing
     "_fusefast": 0,  # the optional compiled FUSE read/list helper (_fusefast.c): imports nothing
+    "_unitfloat": 0,  # the optional compiled frame cast (_unitfloat.c): imports nothing
+    "compiled": 0,  # loads the optional compiled helpers by name: imports none of shardstore statically
     "storage": 1,
     "tarscan": 2,
     "keys": 2,
