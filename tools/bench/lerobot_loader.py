@@ -37,8 +37,8 @@ what a DataLoader calls):
 Rounds: every reader runs once per round, one after another, and keeps its best figures over the
 rounds. This machine's speed drifts by a fifth over minutes (its neighbours), and one pass per
 reader measured a reader in a fast minute against another in a slow one; in rounds each reader
-meets the same spread. The ratio of each round is printed beside the best-of ratio, so that the
-spread shows. Beside the targets against Lance's batches, the floor on all cores: the floor's
+meets the same spread. The ratio of each round, and their median, are printed beside the best-of
+ratio, so that the spread shows. Beside the targets against Lance's batches, the floor on all cores: the floor's
 single-threaded rate times the cores, above what any reader decoding the same frames can reach
 (floats not counted), against what the target asks of Lance's best round.
 
@@ -59,6 +59,7 @@ import itertools
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -394,7 +395,8 @@ def report(figures: dict[str, Any], s3: dict[str, Any], delay_ms: float,
             each = [_rate(r.get("shardstore"), read, "items/s" if read == "DataLoader" else how) for r in rounds or []]
             per_round = [a / b for a, b in zip(each, (_rate(r.get(peer), read, how) for r in rounds or []), strict=True)
                          if a and b]
-            by_round = f"; rounds {', '.join(f'{x:.2f}' for x in per_round)}" if len(per_round) > 1 else ""
+            by_round = (f"; rounds {', '.join(f'{x:.2f}' for x in per_round)} (median {statistics.median(per_round):.2f})"
+                        if len(per_round) > 1 else "")
             lines.append(f"  {read:10} vs {peer} {how:8} {ratio:6.2f}x{in_cpu}{by_round}  (target {least}x: "
                          f"{'met' if ratio >= least else 'MISSED'})")
             floor = _rate(figures.get("floor"), read, "item")
@@ -450,7 +452,7 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=100,
                     help="DataLoader batches timed from its start (0: no DataLoader; -1: a whole epoch)")
     ap.add_argument("--repeat", type=int, default=2, help="runs of each read in a reader's process (best kept)")
-    ap.add_argument("--rounds", type=int, default=2, help="passes over all readers, one after another (best kept)")
+    ap.add_argument("--rounds", type=int, default=3, help="passes over all readers, one after another (best kept)")
     ap.add_argument("--s3-items", type=int, default=64, help="frame and policy items over S3 (0: no S3)")
     ap.add_argument("--delay-ms", type=float, default=20.0)
     ap.add_argument("--readers", default=",".join(READERS), help="comma-separated subset of " + ",".join(READERS))
