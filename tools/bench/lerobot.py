@@ -10,6 +10,10 @@ would not stay in the page cache). Each import is made in both store layouts (``
 2, the default ``--granularity columns``, and layout 1, ``--granularity step``; every shardstore
 figure below is printed for both, with each import's size against the source's.
 
+The loaders that LeRobot training code runs (the drop-in ``shardstore.lerobot_dataset.LeRobotDataset``
+against LeRobotDataset with torchcodec and PyAV and against lerobot-lancedb, per item, in batches, in a
+DataLoader and over S3; issue 22's targets) are compared by ``tools/bench/lerobot_loader.py``.
+
 Figures, each per second, warm page cache (every file read once before timing), one process,
 fixed seed, best of ``--repeat`` runs interleaved so that machine load hits every reader alike:
 
