@@ -379,22 +379,19 @@ def report(figures: dict[str, Any], s3: dict[str, Any], delay_ms: float,
     rows = [(read, how) for read in READS for how in ("item", "batch", "item cpu", "batch cpu")]
     rows += [("DataLoader", "items/s"), ("DataLoader", "first batch s"), ("DataLoader", "after first items/s")]
     for read, how in rows:
-        cells = [(figures[k] or {}).get(read, {}).get(how) for k in figures]
+        cells = [_rate(figures[k], read, how) for k in figures]
         if any(c is not None for c in cells):
             lines.append(f"{read + ' ' + how:22}" + "".join(f"{c:20.2f}" if c is not None else f"{'-':>20}" for c in cells))
-    ours = figures.get("shardstore") or {}
     lines.append("targets (shardstore: per item against LeRobotDataset, batches against Lance's batches):")
     for read, peer, how, least in TARGETS:
-        theirs = (figures.get(peer) or {}).get(read, {}).get(how)
-        mine = ours.get(read, {}).get("items/s" if read == "DataLoader" else how)
+        mine_how = "items/s" if read == "DataLoader" else how
+        theirs, mine = _rate(figures.get(peer), read, how), _rate(figures.get("shardstore"), read, mine_how)
         if theirs and mine:
             ratio = mine / theirs
-            cpu = (figures.get(peer) or {}).get(read, {}).get(f"{how} cpu")
-            mine_cpu = ours.get(read, {}).get(f"{how} cpu")
+            cpu, mine_cpu = _rate(figures.get(peer), read, f"{how} cpu"), _rate(figures.get("shardstore"), read, f"{how} cpu")
             in_cpu = f", {mine_cpu / cpu:.2f}x in CPU time" if cpu and mine_cpu else ""
-            each = [_rate(r.get("shardstore"), read, "items/s" if read == "DataLoader" else how) for r in rounds or []]
-            per_round = [a / b for a, b in zip(each, (_rate(r.get(peer), read, how) for r in rounds or []), strict=True)
-                         if a and b]
+            per_round = [a / b for a, b in ((_rate(r.get("shardstore"), read, mine_how), _rate(r.get(peer), read, how))
+                                            for r in rounds or []) if a and b]
             by_round = (f"; rounds {', '.join(f'{x:.2f}' for x in per_round)} (median {statistics.median(per_round):.2f})"
                         if len(per_round) > 1 else "")
             lines.append(f"  {read:10} vs {peer} {how:8} {ratio:6.2f}x{in_cpu}{by_round}  (target {least}x: "
@@ -407,11 +404,9 @@ def report(figures: dict[str, Any], s3: dict[str, Any], delay_ms: float,
     if s3:
         lines.append(f"S3 (local Ceph gateway, {delay_ms:g} ms added each way), batches of {BATCH}, items/s:")
         for read in ("frame", "policy"):
-            a = (s3.get("shardstore") or {}).get(read, {}).get("batch")
-            b = (s3.get("lance") or {}).get(read, {}).get("batch")
+            a, b = _rate(s3.get("shardstore"), read, "batch"), _rate(s3.get("lance"), read, "batch")
             ratio = f"{a / b:6.2f}x (target 1x: {'met' if a >= b else 'MISSED'})" if a and b else ""
-            ca = (s3.get("shardstore") or {}).get(read, {}).get("batch cpu")
-            cb = (s3.get("lance") or {}).get(read, {}).get("batch cpu")
+            ca, cb = _rate(s3.get("shardstore"), read, "batch cpu"), _rate(s3.get("lance"), read, "batch cpu")
             cpu = f"; per CPU second {ca:.1f} and {cb:.1f}" if ca and cb else ""
             lines.append(f"  {read:8} shardstore {a or 0:8.2f}  lance {b or 0:8.2f}  {ratio}{cpu}")
     return lines
