@@ -405,10 +405,10 @@ def report(figures: dict[str, Any], s3: dict[str, Any], delay_ms: float,
         lines.append(f"S3 (local Ceph gateway, {delay_ms:g} ms added each way), batches of {BATCH}, items/s:")
         for read in ("frame", "policy"):
             a, b = _rate(s3.get("shardstore"), read, "batch"), _rate(s3.get("lance"), read, "batch")
-            ratio = f"{a / b:6.2f}x (target 1x: {'met' if a >= b else 'MISSED'})" if a and b else ""
+            verdict = f"{a / b:6.2f}x (target 1x: {'met' if a >= b else 'MISSED'})" if a and b else ""
             ca, cb = _rate(s3.get("shardstore"), read, "batch cpu"), _rate(s3.get("lance"), read, "batch cpu")
-            cpu = f"; per CPU second {ca:.1f} and {cb:.1f}" if ca and cb else ""
-            lines.append(f"  {read:8} shardstore {a or 0:8.2f}  lance {b or 0:8.2f}  {ratio}{cpu}")
+            per_cpu = f"; per CPU second {ca:.1f} and {cb:.1f}" if ca and cb else ""
+            lines.append(f"  {read:8} shardstore {a or 0:8.2f}  lance {b or 0:8.2f}  {verdict}{per_cpu}")
     return lines
 
 
